@@ -1,0 +1,167 @@
+"""The session context: one session's execution subgraph, held in memory.
+
+Metric functions read only this. It is built from plain node and edge records, so
+it does not care whether they came from Neo4j, FalkorDB or an ingestion batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .ontology import CALL_LABELS, Label, Scope
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One execution node (Session, a call, or a non-call Span)."""
+
+    label: Label
+    props: Mapping[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.props["id"]
+
+    @property
+    def name(self) -> str:
+        return self.props.get("name") or ""
+
+    @property
+    def start(self) -> float:
+        return float(self.props["startTime"])
+
+    @property
+    def end(self) -> float:
+        return float(self.props["endTime"])
+
+    @property
+    def success(self) -> bool | None:
+        return self.props.get("success")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.props.get(key)
+        return default if value is None else value
+
+    @property
+    def actor_name(self) -> str:
+        """The name used in interaction sequences: agent name or tool name."""
+        if self.label is Label.AGENT_CALL:
+            return self.props.get("agentName") or self.name
+        if self.label is Label.TOOL_CALL:
+            return self.props.get("toolName") or self.name
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    source: str
+    target: str
+
+
+class SessionContextError(ValueError):
+    """A session subgraph that cannot be evaluated (no session node, broken link)."""
+
+
+@dataclass
+class SessionContext:
+    session: Node
+    nodes: dict[str, Node]
+    # Call links (has*Call) from parent id to child ids; non-call spans are kept apart.
+    children: dict[str, list[str]]
+    spans: list[Node] = field(default_factory=list)
+    _beneath_cache: dict[str, tuple[Node, ...]] = field(default_factory=dict, repr=False)
+    _parents: dict[str, list[str]] | None = field(default=None, repr=False)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    @classmethod
+    def build(cls, nodes: Iterable[Node], edges: Iterable[Edge]) -> "SessionContext":
+        by_id: dict[str, Node] = {}
+        session: Node | None = None
+        spans: list[Node] = []
+        for node in nodes:
+            if node.label is Label.SESSION:
+                if session is not None and session.id != node.id:
+                    raise SessionContextError(
+                        f"two sessions in one context: {session.id!r} and {node.id!r}"
+                    )
+                session = node
+            elif node.label is Label.SPAN:
+                spans.append(node)
+                continue
+            by_id[node.id] = node
+        if session is None:
+            raise SessionContextError("no Session node in the context")
+        children: dict[str, list[str]] = defaultdict(list)
+        for edge in edges:
+            if edge.source in by_id and edge.target in by_id:
+                children[edge.source].append(edge.target)
+        for ids in children.values():
+            ids.sort(key=lambda i: (by_id[i].start, i))
+        return cls(session=session, nodes=by_id, children=dict(children), spans=spans)
+
+    def calls(self, label: Label) -> list[Node]:
+        """All calls of one label in the session, ordered by start time."""
+        found = [n for n in self.nodes.values() if n.label is label]
+        found.sort(key=lambda n: (n.start, n.id))
+        return found
+
+    def beneath(self, entity: Node, label: Label | None = None) -> tuple[Node, ...]:
+        """Calls reachable from `entity` through has*Call links (not the entity
+        itself), each once, ordered by start time. The Session reaches every
+        call of the session, linked or not."""
+        if entity.id not in self._beneath_cache:
+            if entity.label is Label.SESSION:
+                reached = [n for n in self.nodes.values() if n.label is not Label.SESSION]
+            else:
+                seen: set[str] = set()
+                stack = list(self.children.get(entity.id, ()))
+                while stack:
+                    node_id = stack.pop()
+                    if node_id in seen or node_id == entity.id:
+                        continue
+                    seen.add(node_id)
+                    stack.extend(self.children.get(node_id, ()))
+                reached = [self.nodes[i] for i in seen]
+            reached.sort(key=lambda n: (n.start, n.id))
+            self._beneath_cache[entity.id] = tuple(reached)
+        found = self._beneath_cache[entity.id]
+        if label is None:
+            return found
+        return tuple(n for n in found if n.label is label)
+
+    def nearest_agent(self, call: Node) -> Node | None:
+        """The closest AgentCall above `call` through has*Call links, if any."""
+        if self._parents is None:
+            parents: dict[str, list[str]] = defaultdict(list)
+            for parent_id, child_ids in self.children.items():
+                for child_id in child_ids:
+                    parents[child_id].append(parent_id)
+            self._parents = parents
+        frontier, seen = list(self._parents.get(call.id, ())), set()
+        while frontier:
+            candidates = sorted(
+                (self.nodes[i] for i in frontier if i not in seen),
+                key=lambda n: (-n.start, n.id),
+            )
+            agents = [n for n in candidates if n.label is Label.AGENT_CALL]
+            if agents:
+                return agents[0]
+            seen.update(frontier)
+            frontier = [p for n in candidates for p in self._parents.get(n.id, ())]
+        return None
+
+    def entities(self, scope: Scope) -> list[Node]:
+        """The nodes a metric of this scope is evaluated on."""
+        if scope is Scope.SESSION:
+            return [self.session]
+        return self.calls(Label(scope.value))
+
+    def all_spans(self) -> list[Node]:
+        """Every span of the session: calls and non-call spans (for its extent)."""
+        return [n for n in self.nodes.values() if n.label in CALL_LABELS] + self.spans

@@ -1,0 +1,150 @@
+"""Pydantic models of the graph's nodes (design 01): what ingestion writes, what
+the engine reads, and the result nodes it writes back."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .ontology import Label, Scope
+
+
+class ExecutionNode(BaseModel):
+    """Properties every execution node carries."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    id: str = Field(min_length=1)
+    sessionId: str = Field(min_length=1)
+    name: str
+    spanId: str | None = None
+    parentSpanId: str | None = None
+    startTime: float
+    endTime: float
+    duration: float = Field(ge=0)
+    # Absent means "not known", never "failed".
+    success: bool | None = None
+
+    @model_validator(mode="after")
+    def _ordered_times(self) -> "ExecutionNode":
+        if self.endTime < self.startTime:
+            raise ValueError(f"endTime {self.endTime} is before startTime {self.startTime}")
+        return self
+
+
+class SessionNode(ExecutionNode):
+    appName: str | None = None
+    ingestedAt: float | None = None
+
+
+class MASCallNode(ExecutionNode):
+    pass
+
+
+class AgentCallNode(ExecutionNode):
+    agentName: str
+
+
+class TaskCallNode(ExecutionNode):
+    taskName: str
+
+
+class LLMCallNode(ExecutionNode):
+    modelName: str | None = None
+    provider: str | None = None
+    promptTokenCount: int | None = Field(default=None, ge=0)
+    completionTokenCount: int | None = Field(default=None, ge=0)
+    totalTokenCount: int | None = Field(default=None, ge=0)
+    cacheReadTokenCount: int | None = Field(default=None, ge=0)
+    temperature: float | None = None
+    finishReason: str | None = None
+    inputMessages: str | None = None
+    outputMessages: str | None = None
+
+
+class ToolCallNode(ExecutionNode):
+    toolName: str
+    toolArguments: str | None = None
+    errorMessage: str | None = None
+
+
+class SpanNode(ExecutionNode):
+    """A span that is not a call (HTTP client, message publish, start/end events)."""
+
+    spanName: str | None = None
+
+
+NODE_MODELS: dict[Label, type[ExecutionNode]] = {
+    Label.SESSION: SessionNode,
+    Label.MAS_CALL: MASCallNode,
+    Label.AGENT_CALL: AgentCallNode,
+    Label.TASK_CALL: TaskCallNode,
+    Label.LLM_CALL: LLMCallNode,
+    Label.TOOL_CALL: ToolCallNode,
+    Label.SPAN: SpanNode,
+}
+
+
+class MetricNode(BaseModel):
+    """One per metric definition, (name, provider)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    provider: str
+    scope: list[str]
+    unit: str
+    valueRange: list[float | None]
+    description: str
+    version: int
+
+
+# A fixed namespace so that result ids are the same on every machine.
+RESULT_NAMESPACE = uuid.UUID("6f1c2b0e-4d1a-5c8e-9a77-3b2f0c9d4e51")
+
+
+def result_id(name: str, provider: str, entity_id: str, version: int) -> str:
+    """UUIDv5 of (metric name, provider, entity id, metric version): recomputing the
+    same version on the same entity replaces the observation."""
+    return str(uuid.uuid5(RESULT_NAMESPACE, f"{provider}\x1f{name}\x1f{entity_id}\x1f{version}"))
+
+
+class MetricResultNode(BaseModel):
+    """One observation of one metric on one entity, validated before it is written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str
+    provider: str
+    scope: Scope
+    entityId: str = Field(min_length=1)
+    sessionId: str = Field(min_length=1)
+    result: float
+    reasoning: str | None = None
+    numerator: float | None = None
+    denominator: float | None = None
+    # JSON text: graph properties cannot hold maps in Neo4j.
+    metadata: str | None = None
+    evaluationModel: str | None = None
+    evaluationMethod: str | None = None
+    evaluationPromptTokenCount: int = 0
+    evaluationCompletionTokenCount: int = 0
+    evaluationTotalTokenCount: int = 0
+    evaluationCost: float = 0.0
+    metricVersion: int
+    computedAt: float
+    runId: str | None = None
+
+    @field_validator("result", "numerator", "denominator", "evaluationCost")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a finite number")
+        return value
+
+    def as_row(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

