@@ -97,7 +97,8 @@ class MetricNode(BaseModel):
     provider: str
     scope: list[str]
     unit: str
-    valueRange: list[float | None]
+    # JSON text such as "[0, null]": graph lists cannot hold nulls.
+    valueRange: str
     description: str
     version: int
 

@@ -1,0 +1,80 @@
+"""Evaluating one metric over many sessions: the same code path for Dagster
+assets and for plain in-memory runs. Pure: no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .context import SessionContext
+from .metric import (
+    DependencyKey,
+    EvaluationInput,
+    MetricFailure,
+    MetricFunction,
+    MetricValue,
+    NotApplicable,
+    PriceLookup,
+)
+from .ontology import Scope
+
+# session id -> entity id -> value
+SessionResults = dict[str, dict[str, MetricValue]]
+
+
+class EvaluableMetric(Protocol):
+    scope: Scope
+    compute: MetricFunction
+    dependencies: tuple[DependencyKey, ...]
+    definition: Any
+
+
+@dataclass(frozen=True)
+class EntityFailure:
+    session_id: str
+    entity_id: str
+    reason: str
+
+
+@dataclass
+class MetricBatch:
+    values: SessionResults = field(default_factory=dict)
+    not_applicable: int = 0
+    failures: list[EntityFailure] = field(default_factory=list)
+
+    @property
+    def evaluated(self) -> int:
+        return sum(len(v) for v in self.values.values())
+
+
+def evaluate_metric(
+    metric: EvaluableMetric,
+    contexts: Mapping[str, SessionContext],
+    dependencies: Mapping[DependencyKey, SessionResults],
+    prices: PriceLookup | None,
+) -> MetricBatch:
+    """Run one metric on every entity of its scope in every session given.
+    A MetricFailure fails that entity only; any other exception is a defect and
+    propagates, so that nothing of the batch is written."""
+    batch = MetricBatch()
+    for session_id, context in contexts.items():
+        inp = EvaluationInput(
+            session=context,
+            dependencies={key: results.get(session_id, {}) for key, results in dependencies.items()},
+            prices=prices,
+            definition=metric.definition,
+        )
+        values: dict[str, MetricValue] = {}
+        for entity in context.entities(metric.scope):
+            try:
+                outcome = metric.compute(entity, inp)
+            except MetricFailure as exc:
+                batch.failures.append(EntityFailure(session_id, entity.id, str(exc)))
+                continue
+            if isinstance(outcome, NotApplicable):
+                batch.not_applicable += 1
+            else:
+                values[entity.id] = outcome
+        batch.values[session_id] = values
+    return batch

@@ -1,0 +1,40 @@
+"""The Dagster entry point: `dagster dev -w workspace.yaml` loads `defs` from here."""
+
+from __future__ import annotations
+
+import warnings
+
+import dagster as dg
+
+from .catalog import Catalog, load_catalog
+from .config import MCEConfig, load_config
+from .defs.assets import METRIC_IO_MANAGER, SESSION_CONTEXT_IO_MANAGER, build_metric_asset, session_context
+from .defs.io_managers import MetricResultIOManager, SessionContextIOManager
+from .defs.jobs import evaluate_job
+from .defs.resources import knowledge_graph_from_env
+from .prices import load_price_table
+
+
+# Single-run backfills (BackfillPolicy) are what let one run evaluate a batch of
+# sessions; Dagster still marks the parameter as beta.
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+
+
+def build_definitions(catalog: Catalog | None = None, config: MCEConfig | None = None) -> dg.Definitions:
+    catalog = catalog or load_catalog()
+    config = config or load_config(catalog)
+    knowledge_graph = knowledge_graph_from_env()
+    metric_assets = [build_metric_asset(m, load_price_table) for m in catalog.ordered()]
+    return dg.Definitions(
+        assets=[session_context, *metric_assets],
+        jobs=[evaluate_job(config.enabled)],
+        resources={
+            "knowledge_graph": knowledge_graph,
+            SESSION_CONTEXT_IO_MANAGER: SessionContextIOManager(knowledge_graph=knowledge_graph),
+            METRIC_IO_MANAGER: MetricResultIOManager(knowledge_graph=knowledge_graph),
+        },
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

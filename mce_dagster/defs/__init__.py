@@ -1,0 +1,1 @@
+"""The Dagster side: partitions, resources, IO managers, assets and jobs."""

@@ -1,0 +1,129 @@
+"""One asset per metric and scope, generated from the catalog.
+
+The asset graph is the metric dependency graph: every metric asset reads
+`session_context`, and the assets of the metrics in its `depends_on`.
+"""
+
+
+import json
+import statistics
+from collections.abc import Callable
+
+import dagster as dg
+
+from ..catalog import CatalogMetric
+from ..core.context import SessionContext
+from ..core.evaluate import evaluate_metric
+from ..core.metric import DependencyKey, PriceLookup
+from ..core.models import MetricNode
+from ..core.ontology import Label
+from .io_managers import METRIC_METADATA_KEY
+from .partitions import sessions_partitions
+from .resources import KnowledgeGraphResource
+
+SESSION_CONTEXT_KEY = dg.AssetKey(["session_context"])
+METRIC_IO_MANAGER = "metric_io_manager"
+SESSION_CONTEXT_IO_MANAGER = "session_context_io_manager"
+_SHOWN_FAILURES = 20
+
+
+def asset_key(key: DependencyKey) -> dg.AssetKey:
+    return dg.AssetKey([key.scope.value, key.asset_name])
+
+
+@dg.asset(
+    key=SESSION_CONTEXT_KEY,
+    partitions_def=sessions_partitions,
+    io_manager_key=SESSION_CONTEXT_IO_MANAGER,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    group_name="sessions",
+    code_version="1",
+)
+def session_context(context: dg.AssetExecutionContext, knowledge_graph: KnowledgeGraphResource) -> dg.Output:
+    """Each session's execution subgraph, read from the knowledge graph in one round
+    trip per batch. Every metric reads it."""
+    keys = list(context.partition_keys)
+    contexts = knowledge_graph.open().read_contexts(keys)
+    absent = [k for k in keys if k not in contexts]
+    if absent:
+        raise dg.Failure(
+            f"{len(absent)} session(s) are not in the knowledge graph: {', '.join(absent[:10])}",
+            metadata={"absent": absent[:100]},
+        )
+    calls = {label.value: sum(len(c.calls(label)) for c in contexts.values()) for label in (Label.AGENT_CALL, Label.LLM_CALL, Label.TOOL_CALL)}
+    return dg.Output(contexts, metadata={"sessions": len(contexts), **{f"{k} nodes": v for k, v in calls.items()}})
+
+
+def metric_node(metric: CatalogMetric) -> MetricNode:
+    d = metric.definition
+    return MetricNode(
+        name=d.name,
+        provider=d.provider,
+        scope=[s.value for s in d.scopes],
+        unit=d.unit,
+        valueRange=json.dumps(list(d.value_range)),
+        description=d.description.strip(),
+        version=d.version,
+    )
+
+
+def _summary(values: dict[str, dict]) -> dict[str, float]:
+    flat = [v.value for by_entity in values.values() for v in by_entity.values()]
+    if not flat:
+        return {}
+    out = {"mean": statistics.fmean(flat), "min": min(flat), "max": max(flat)}
+    ratios = [v for by_entity in values.values() for v in by_entity.values() if v.denominator]
+    if ratios:
+        out["pooled (sum num / sum den)"] = sum(v.numerator for v in ratios) / sum(v.denominator for v in ratios)
+    return out
+
+
+def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup]) -> dg.AssetsDefinition:
+    d = metric.definition
+    ins = {"session_context": dg.AssetIn(key=SESSION_CONTEXT_KEY)}
+    arg_to_dep: dict[str, DependencyKey] = {}
+    for i, dep in enumerate(metric.dependencies):
+        ins[f"dependency_{i}"] = dg.AssetIn(key=asset_key(dep))
+        arg_to_dep[f"dependency_{i}"] = dep
+    description = d.description.strip() + (f"\n\nCaveats: {d.caveats.strip()}" if d.caveats else "")
+    info = {
+        "name": d.name,
+        "provider": d.provider,
+        "scope": metric.scope.value,
+        "version": d.version,
+        "value_range": list(d.value_range),
+        "asset": str(metric.key),
+        "node": metric_node(metric).model_dump(),
+    }
+
+    @dg.asset(
+        key=asset_key(metric.key),
+        ins=ins,
+        partitions_def=sessions_partitions,
+        io_manager_key=METRIC_IO_MANAGER,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        group_name=metric.scope.value,
+        code_version=str(d.version),
+        description=description,
+        metadata={METRIC_METADATA_KEY: info, "unit": d.unit, "kind": d.kind, "provider": d.provider},
+    )
+    def compute(context: dg.AssetExecutionContext, session_context: dict[str, SessionContext], **dependencies) -> dg.Output:
+        deps = {arg_to_dep[name]: results for name, results in dependencies.items()}
+        batch = evaluate_metric(metric, session_context, deps, prices())
+        for failure in batch.failures[:_SHOWN_FAILURES]:
+            context.log.warning(f"{metric.key} failed on {failure.entity_id} (session {failure.session_id}): {failure.reason}")
+        if len(batch.failures) > _SHOWN_FAILURES:
+            context.log.warning(f"{metric.key}: {len(batch.failures) - _SHOWN_FAILURES} more failures")
+        metadata: dict[str, object] = {
+            "sessions": len(session_context),
+            "evaluated": batch.evaluated,
+            "not_applicable": batch.not_applicable,
+            "failed": len(batch.failures),
+            **_summary(batch.values),
+        }
+        if batch.failures:
+            lines = [f"- `{f.entity_id}` ({f.session_id}): {f.reason}" for f in batch.failures[:_SHOWN_FAILURES]]
+            metadata["failures"] = dg.MetadataValue.md("\n".join(lines))
+        return dg.Output(batch.values, metadata=metadata)
+
+    return compute

@@ -1,0 +1,194 @@
+"""IO managers: results go to the knowledge graph as ontology nodes.
+
+Both handle one partition or many in one call (a run evaluates a batch of
+sessions at once). Within a run, what an asset produced is kept in memory for the
+assets downstream of it; across runs or processes it is read back from the graph.
+"""
+
+
+import json
+import math
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import dagster as dg
+
+from ..core.context import SessionContext
+from ..core.metric import MetricValue
+from ..core.models import MetricNode, MetricResultNode, result_id
+from ..core.ontology import Scope
+from .resources import KnowledgeGraphResource
+
+METRIC_METADATA_KEY = "mce/metric"
+
+# (run id, asset key) -> {partition key -> value}; only the last few runs are kept.
+_RUN_CACHE: "OrderedDict[str, dict[tuple[str, ...], dict[str, Any]]]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHED_RUNS = 4
+
+
+def _cache_for(run_id: str) -> dict[tuple[str, ...], dict[str, Any]]:
+    with _CACHE_LOCK:
+        if run_id not in _RUN_CACHE:
+            _RUN_CACHE[run_id] = {}
+            while len(_RUN_CACHE) > _CACHED_RUNS:
+                _RUN_CACHE.popitem(last=False)
+        _RUN_CACHE.move_to_end(run_id)
+        return _RUN_CACHE[run_id]
+
+
+def _partition_keys(context: dg.InputContext | dg.OutputContext) -> list[str]:
+    if not context.has_asset_partitions:
+        raise dg.Failure("metric assets are partitioned by session; this run names no session partition")
+    return list(context.asset_partition_keys)
+
+
+def _run_id(context: dg.InputContext | dg.OutputContext) -> str | None:
+    if isinstance(context, dg.OutputContext):
+        return context.run_id
+    upstream = context.upstream_output
+    try:
+        return upstream.run_id if upstream is not None else None
+    except dg.DagsterInvariantViolationError:  # loading outside of a run
+        return None
+
+
+class SessionContextIOManager(dg.ConfigurableIOManager):
+    """The graph is the store of session contexts: nothing is written, and a
+    context not produced in this run is read from the graph."""
+
+    knowledge_graph: KnowledgeGraphResource
+
+    def handle_output(self, context: dg.OutputContext, obj: dict[str, SessionContext]) -> None:
+        _cache_for(context.run_id)[tuple(context.asset_key.path)] = obj
+
+    def load_input(self, context: dg.InputContext) -> dict[str, SessionContext]:
+        keys = _partition_keys(context)
+        run_id = _run_id(context)
+        cached = _cache_for(run_id).get(tuple(context.asset_key.path), {}) if run_id else {}
+        found = {k: cached[k] for k in keys if k in cached}
+        missing = [k for k in keys if k not in found]
+        if missing:
+            found.update(self.knowledge_graph.open().read_contexts(missing))
+        absent = [k for k in keys if k not in found]
+        if absent:
+            raise dg.Failure(
+                f"{len(absent)} session(s) are not in the knowledge graph: {', '.join(absent[:10])}"
+            )
+        return found
+
+
+def _finite(x: float | None) -> bool:
+    return x is None or math.isfinite(x)
+
+
+def to_result_nodes(
+    metric: dict[str, Any], values: dict[str, dict[str, MetricValue]], run_id: str | None, now: float
+) -> tuple[list[MetricResultNode], list[str]]:
+    """Validated result nodes, and the reasons for those that do not fit."""
+    nodes, rejected = [], []
+    lo, hi = metric["value_range"]
+    for session_id, by_entity in values.items():
+        for entity_id, value in by_entity.items():
+            where = f"{metric['asset']} on {entity_id} (session {session_id})"
+            if not isinstance(value.value, (int, float)) or isinstance(value.value, bool):
+                rejected.append(f"{where}: value {value.value!r} is not a number")
+                continue
+            if not all(_finite(x) for x in (value.value, value.numerator, value.denominator)):
+                rejected.append(f"{where}: value {value.value!r} is not finite")
+                continue
+            if (lo is not None and value.value < lo - 1e-12) or (hi is not None and value.value > hi + 1e-12):
+                rejected.append(f"{where}: value {value.value!r} is outside the metric's range [{lo}, {hi}]")
+                continue
+            try:
+                nodes.append(
+                    MetricResultNode(
+                        id=result_id(metric["name"], metric["provider"], entity_id, metric["version"]),
+                        name=metric["name"],
+                        provider=metric["provider"],
+                        scope=Scope(metric["scope"]),
+                        entityId=entity_id,
+                        sessionId=session_id,
+                        result=float(value.value),
+                        reasoning=value.reasoning,
+                        numerator=value.numerator,
+                        denominator=value.denominator,
+                        metadata=json.dumps(dict(value.metadata), sort_keys=True) if value.metadata else None,
+                        evaluationModel=value.evaluation_model,
+                        evaluationMethod=value.evaluation_method,
+                        evaluationPromptTokenCount=value.evaluation_prompt_tokens,
+                        evaluationCompletionTokenCount=value.evaluation_completion_tokens,
+                        evaluationTotalTokenCount=value.evaluation_prompt_tokens + value.evaluation_completion_tokens,
+                        evaluationCost=value.evaluation_cost,
+                        metricVersion=metric["version"],
+                        computedAt=now,
+                        runId=run_id,
+                    )
+                )
+            except ValueError as exc:
+                rejected.append(f"{where}: {exc}")
+    return nodes, rejected
+
+
+def from_result_props(props: dict[str, Any]) -> MetricValue:
+    metadata = props.get("metadata")
+    return MetricValue(
+        value=float(props["result"]),
+        numerator=props.get("numerator"),
+        denominator=props.get("denominator"),
+        reasoning=props.get("reasoning"),
+        metadata=metadata if isinstance(metadata, dict) else {},
+    )
+
+
+class MetricResultIOManager(dg.ConfigurableIOManager):
+    """Writes `Metric` and `MetricResult` nodes (with `ofMetricType` and
+    `measures`), one statement per asset and batch, and loads them back for the
+    metrics that depend on them."""
+
+    knowledge_graph: KnowledgeGraphResource
+
+    def handle_output(self, context: dg.OutputContext, obj: dict[str, dict[str, MetricValue]]) -> None:
+        metric = context.definition_metadata[METRIC_METADATA_KEY]
+        metric = metric.value if hasattr(metric, "value") else metric
+        keys = set(_partition_keys(context))
+        unexpected = set(obj) - keys
+        if unexpected:
+            raise dg.Failure(f"results for sessions outside this run: {sorted(unexpected)[:5]}")
+        nodes, rejected = to_result_nodes(metric, obj, context.run_id, time.time())
+        for reason in rejected:
+            context.log.error(f"result not written: {reason}")
+        metric_node = MetricNode.model_validate(metric["node"])
+        missing = self.knowledge_graph.open().write_results(metric_node, Scope(metric["scope"]), nodes)
+        for entity_id in missing:
+            context.log.error(f"result not written: {metric['asset']}: entity {entity_id} is not in the graph")
+        written_ids = {n.id for n in nodes} - {
+            result_id(metric["name"], metric["provider"], e, metric["version"]) for e in missing
+        }
+        kept: dict[str, dict[str, MetricValue]] = {}
+        for session_id, by_entity in obj.items():
+            kept[session_id] = {
+                e: v
+                for e, v in by_entity.items()
+                if result_id(metric["name"], metric["provider"], e, metric["version"]) in written_ids
+            }
+        _cache_for(context.run_id)[tuple(context.asset_key.path)] = kept
+        context.add_output_metadata({"results_written": len(written_ids), "results_rejected": len(rejected) + len(missing)})
+
+    def load_input(self, context: dg.InputContext) -> dict[str, dict[str, MetricValue]]:
+        keys = _partition_keys(context)
+        run_id = _run_id(context)
+        cached = _cache_for(run_id).get(tuple(context.asset_key.path)) if run_id else None
+        if cached is not None and all(k in cached for k in keys):
+            return {k: cached[k] for k in keys}
+        metric = context.upstream_output.definition_metadata[METRIC_METADATA_KEY]
+        metric = metric.value if hasattr(metric, "value") else metric
+        rows = self.knowledge_graph.open().read_results(
+            keys, name=metric["name"], provider=metric["provider"], scope=Scope(metric["scope"]), version=metric["version"]
+        )
+        out: dict[str, dict[str, MetricValue]] = {k: {} for k in keys}
+        for props in rows:
+            out.setdefault(props["sessionId"], {})[props["entityId"]] = from_result_props(props)
+        return out
