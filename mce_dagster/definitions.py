@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
+import functools
 
 import dagster as dg
 
@@ -15,14 +15,14 @@ from .defs.resources import knowledge_graph_from_env
 from .prices import load_price_table
 
 
-# Single-run backfills (BackfillPolicy) are what let one run evaluate a batch of
-# sessions; Dagster still marks the parameter as beta.
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
+@functools.lru_cache(maxsize=1)
+def runtime() -> tuple[Catalog, MCEConfig]:
+    """The catalog and configuration the definitions are built from."""
+    catalog = load_catalog()
+    return catalog, load_config(catalog)
 
 
-def build_definitions(catalog: Catalog | None = None, config: MCEConfig | None = None) -> dg.Definitions:
-    catalog = catalog or load_catalog()
-    config = config or load_config(catalog)
+def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
     knowledge_graph = knowledge_graph_from_env()
     metric_assets = [build_metric_asset(m, load_price_table) for m in catalog.ordered()]
     return dg.Definitions(
@@ -37,4 +37,4 @@ def build_definitions(catalog: Catalog | None = None, config: MCEConfig | None =
     )
 
 
-defs = build_definitions()
+defs = build_definitions(*runtime())

@@ -1,0 +1,319 @@
+"""`mce`: the commands a person types."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Metrics Computation Engine for multi-agent systems, on Dagster.", no_args_is_help=True)
+metric_app = typer.Typer(help="The metric catalog.", no_args_is_help=True)
+provider_app = typer.Typer(help="Metric providers.", no_args_is_help=True)
+kg_app = typer.Typer(help="The knowledge graph.", no_args_is_help=True)
+kg_metric_app = typer.Typer(help="Metric results stored in the graph.", no_args_is_help=True)
+app.add_typer(metric_app, name="metric")
+app.add_typer(provider_app, name="provider")
+app.add_typer(kg_app, name="kg")
+kg_app.add_typer(kg_metric_app, name="metric")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _catalog():
+    from .catalog import CatalogError, load_catalog
+
+    try:
+        return load_catalog()
+    except CatalogError as exc:
+        err.print(f"[red]metric catalog error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def _graph():
+    from .defs.resources import knowledge_graph_from_env
+
+    return knowledge_graph_from_env().open()
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0 or abs(value) >= 0.01:
+        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return f"{value:.3e}"
+
+
+# -- catalog ---------------------------------------------------------------
+
+
+@metric_app.command("list")
+def metric_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    provider: Annotated[Optional[str], typer.Option(help="Only this provider.")] = None,
+) -> None:
+    """List the metrics of the catalog."""
+    catalog = _catalog()
+    defs = sorted(catalog.definitions.values(), key=lambda d: (d.provider, d.name))
+    if provider:
+        defs = [d for d in defs if d.provider == provider]
+    if as_json:
+        print(json.dumps([_definition_json(d) for d in defs], indent=2))
+        return
+    table = Table("metric", "provider", "kind", "scopes", "unit", "version")
+    for d in defs:
+        table.add_row(d.name, d.provider, d.kind, ", ".join(s.value for s in d.scopes), d.unit, str(d.version))
+    out.print(table)
+
+
+def _definition_json(d) -> dict:
+    data = d.model_dump(mode="json", exclude_none=True)
+    data["scopes"] = [s.value for s in d.scopes]
+    return data
+
+
+@metric_app.command("show")
+def metric_show(name: Annotated[str, typer.Argument(help="Name, or provider.Name.")]) -> None:
+    """Show one metric's definition."""
+    catalog = _catalog()
+    try:
+        d = catalog.find(name)
+    except KeyError as exc:
+        err.print(f"[red]{exc.args[0]}[/red]")
+        raise typer.Exit(1) from None
+    out.print(f"[bold]{d.name}[/bold] ({d.provider}, {d.kind}, version {d.version})")
+    out.print(f"scopes: {', '.join(s.value for s in d.scopes)}")
+    out.print(f"unit: {d.unit}   range: {list(d.value_range)}")
+    if d.depends_on:
+        out.print(f"depends on: {', '.join(d.depends_on)}")
+    out.print(d.description.strip())
+    if d.caveats:
+        out.print(f"[yellow]caveats:[/yellow] {d.caveats.strip()}")
+    if d.requires:
+        out.print("reads: " + "; ".join(f"{k.value}: {', '.join(v)}" for k, v in d.requires.items()))
+
+
+@provider_app.command("list")
+def provider_list() -> None:
+    """List metric providers and how many metrics each defines."""
+    catalog = _catalog()
+    table = Table("provider", "source", "metrics")
+    for provider, source in sorted(catalog.providers.items()):
+        count = sum(1 for (p, _) in catalog.definitions if p == provider)
+        table.add_row(provider, source, str(count))
+    out.print(table)
+
+
+# -- ingestion and computation ---------------------------------------------
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="OpenTelemetry span export files (JSON).")],
+    batch_size: Annotated[int, typer.Option(help="Sessions per write batch.")] = 200,
+    strict: Annotated[bool, typer.Option(help="Exit 1 if any row could not be placed.")] = False,
+) -> None:
+    """Read span exports into the knowledge graph."""
+    from .ingest import ingest_paths
+
+    started = time.perf_counter()
+    report = ingest_paths(paths, _graph(), batch_size=batch_size)
+    elapsed = time.perf_counter() - started
+    for problem in report.problems[:100]:
+        err.print(f"[yellow]row not placed:[/yellow] {problem}")
+    if len(report.problems) > 100:
+        err.print(f"[yellow]... and {len(report.problems) - 100} more rows not placed[/yellow]")
+    for error in report.file_errors:
+        err.print(f"[red]file error:[/red] {error}")
+    out.print(
+        f"ingested {len(report.sessions)} sessions ({report.spans} spans) from {report.files} file(s) "
+        f"in {elapsed:.2f} s; {len(report.problems)} row(s) not placed"
+    )
+    if report.file_errors or (strict and report.problems):
+        raise typer.Exit(1)
+
+
+@app.command()
+def compute(
+    session_ids: Annotated[Optional[list[str]], typer.Argument(help="Session ids.")] = None,
+    all_sessions: Annotated[bool, typer.Option("--all", help="Every session in the graph.")] = False,
+    metrics: Annotated[Optional[str], typer.Option(help="Comma-separated metrics (e.g. Duration,Session/Cost).")] = None,
+) -> None:
+    """Evaluate metrics on sessions through the Dagster definitions."""
+    from .runner import compute_sessions
+
+    if all_sessions == bool(session_ids):
+        err.print("[red]give session ids or --all (not both)[/red]")
+        raise typer.Exit(2)
+    ids = _graph().session_ids() if all_sessions else list(session_ids or [])
+    if not ids:
+        err.print("[yellow]no session to evaluate[/yellow]")
+        raise typer.Exit(1)
+    selected = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    started = time.perf_counter()
+    try:
+        outcome = compute_sessions(ids, selected)
+    except (KeyError, ValueError) as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    elapsed = time.perf_counter() - started
+    out.print(f"evaluated {outcome.sessions} session(s) in {len(outcome.runs)} Dagster run(s), {elapsed:.1f} s")
+    if not outcome.success:
+        err.print(f"[red]failed runs:[/red] {', '.join(outcome.failed_runs)} (see `dagster dev` for the logs)")
+        raise typer.Exit(1)
+
+
+@kg_metric_app.command("get")
+def kg_metric_get(
+    session_id: str,
+    recursive: Annotated[bool, typer.Option(help="Include results on the session's calls.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Read a session's metric results back from the graph."""
+    from .client import MCEClient
+
+    rows = MCEClient(_graph()).get_metrics(session_id, recursive=recursive)
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    if not rows:
+        err.print(f"[yellow]no results stored for session {session_id}[/yellow]")
+        raise typer.Exit(1)
+    table = Table("scope", "entity", "metric", "value", "num/den", "note")
+    for r in rows:
+        ratio = f"{_fmt(r['numerator'])}/{_fmt(r['denominator'])}" if r["denominator"] is not None else ""
+        table.add_row(r["scope"], r["entity_id"][-16:], r["metric"], _fmt(r["value"]), ratio, (r["reasoning"] or "")[:60])
+    out.print(table)
+
+
+@kg_app.command("status")
+def kg_status() -> None:
+    """Where the graph is and what it holds."""
+    from .defs.resources import default_mce_home
+    from .graph.embedded import EmbeddedFalkorDB
+
+    server = EmbeddedFalkorDB(Path(default_mce_home()))
+    kg = _graph()
+    out.print(f"embedded FalkorDB at {server.socket_path} (pid {server.pid()})")
+    out.print(f"sessions: {kg.count_sessions()}   metric results: {kg.count_results()}")
+
+
+@kg_app.command("stop")
+def kg_stop() -> None:
+    """Stop the embedded graph server (its data stays under MCE_HOME)."""
+    from .defs.resources import default_mce_home
+    from .graph.embedded import EmbeddedFalkorDB
+
+    stopped = EmbeddedFalkorDB(Path(default_mce_home())).stop()
+    out.print("stopped" if stopped else "not running")
+
+
+@kg_app.command("check")
+def kg_check() -> None:
+    """Resolve every graph property the catalog's metrics read against the live graph."""
+    from .core.ontology import Label
+
+    catalog = _catalog()
+    kg = _graph()
+    seen: dict[Label, set[str]] = {}
+    missing: list[str] = []
+    checked = 0
+    for d in sorted(catalog.definitions.values(), key=lambda d: d.name):
+        for label, props in d.requires.items():
+            keys = seen.setdefault(label, kg.property_keys(label))
+            for prop in props:
+                checked += 1
+                if keys and prop not in keys:
+                    missing.append(f"{d.name}: {label.value}.{prop}")
+    empty = sorted(label.value for label, keys in seen.items() if not keys)
+    if empty:
+        out.print(f"[yellow]no nodes yet to check:[/yellow] {', '.join(empty)}")
+    for m in missing:
+        err.print(f"[red]not in the graph:[/red] {m}")
+    if missing:
+        raise typer.Exit(1)
+    out.print(f"OK {len(catalog.definitions)} metrics resolve against the graph ({checked} property references checked)")
+
+
+# -- synthetic data and the demo --------------------------------------------
+
+
+@app.command()
+def synth(
+    path: Path,
+    sessions: Annotated[int, typer.Option(help="Number of sessions.")] = 100,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Write synthetic multi-agent sessions as an OpenTelemetry span export."""
+    from .synthetic import write_export
+
+    summary = write_export(path, sessions, seed)
+    out.print(f"wrote {summary.sessions} sessions ({summary.spans} spans) to {summary.path}")
+
+
+@app.command()
+def demo(
+    sessions: Annotated[int, typer.Option(help="Synthetic sessions to generate.")] = 300,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
+) -> None:
+    """Generate and ingest synthetic sessions, evaluate every enabled metric through
+    Dagster, and summarise the results."""
+    from .defs.resources import default_mce_home
+    from .ingest import ingest_paths
+    from .results import summarize, to_public, top_sessions
+    from .runner import compute_sessions, default_dagster_home
+    from .synthetic import write_export
+
+    home = Path(default_mce_home())
+    export = home / "demo" / f"synthetic-{sessions}-seed{seed}.json"
+    export.parent.mkdir(parents=True, exist_ok=True)
+    summary = write_export(export, sessions, seed)
+    out.print(f"1. generated {summary.sessions} synthetic sessions ({summary.spans} spans) -> {export}")
+
+    kg = _graph()
+    started = time.perf_counter()
+    report = ingest_paths([export], kg)
+    elapsed = time.perf_counter() - started
+    out.print(
+        f"2. ingested {len(report.sessions)} sessions into the embedded FalkorDB at {home} in {elapsed:.1f} s "
+        f"({len(report.sessions) / max(elapsed, 1e-9):,.0f} sessions/s); {len(report.problems)} row(s) not placed"
+    )
+
+    started = time.perf_counter()
+    outcome = compute_sessions(report.sessions)
+    elapsed = time.perf_counter() - started
+    out.print(f"3. evaluated them in {len(outcome.runs)} Dagster run(s) in {elapsed:.1f} s")
+    if not outcome.success:
+        err.print(f"[red]failed runs: {', '.join(outcome.failed_runs)}[/red]")
+        raise typer.Exit(1)
+
+    results = [to_public(p) for p in kg.read_results(report.sessions)]
+    table = Table("scope", "metric", "entities", "mean", "min", "max", "sum/sum", title=f"{len(results):,} results")
+    for s in summarize(results):
+        table.add_row(s.scope, s.metric, f"{s.evaluated:,}", _fmt(s.mean), _fmt(s.minimum), _fmt(s.maximum), _fmt(s.pooled))
+    out.print(table)
+    errors = top_sessions(results, "SumToolError")
+    cycles = top_sessions(results, "CyclesCount")
+    if errors:
+        out.print("most tool errors: " + ", ".join(f"{sid} ({int(v)})" for sid, v in errors))
+    if cycles:
+        out.print("most cycles:      " + ", ".join(f"{sid} ({int(v)})" for sid, v in cycles))
+    out.print(
+        "\nSee the same runs, assets and lineage in the Dagster UI:\n"
+        f"  DAGSTER_HOME={default_dagster_home()} MCE_HOME={home} .venv/bin/dagster dev -w workspace.yaml\n"
+        f"One session's results: .venv/bin/mce kg metric get {report.sessions[0]} --recursive"
+    )
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

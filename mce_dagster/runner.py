@@ -1,0 +1,132 @@
+"""Evaluating sessions through the Dagster definitions, for the CLI and the client.
+
+Runs are recorded in the Dagster instance under DAGSTER_HOME (default
+`$MCE_HOME/dagster`), so `dagster dev` shows them with their lineage and metadata.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+
+from .defs.resources import default_mce_home
+
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+
+
+def default_dagster_home() -> Path:
+    return Path(os.environ.get("DAGSTER_HOME") or Path(default_mce_home()) / "dagster").resolve()
+
+
+LOCAL_INSTANCE_YAML = """\
+# A local Dagster instance (SQLite under this folder), made by mce.
+# For production settings see dagster.yaml at the root of the project.
+telemetry:
+  enabled: false
+"""
+
+# Dagster's console logger prints every event at DEBUG; the CLI shows warnings.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def dagster_instance() -> dg.DagsterInstance:
+    home = default_dagster_home()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(LOCAL_INSTANCE_YAML)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return dg.DagsterInstance.get()
+
+
+@dataclass
+class ComputeOutcome:
+    runs: list[str] = field(default_factory=list)
+    failed_runs: list[str] = field(default_factory=list)
+    sessions: int = 0
+
+    @property
+    def success(self) -> bool:
+        return not self.failed_runs
+
+
+def contiguous_ranges(wanted: Sequence[str], ordered_keys: Sequence[str], batch_size: int) -> list[list[str]]:
+    """Split the wanted keys into runs of keys that are adjacent in partition order
+    (a run covers a partition range), at most `batch_size` each."""
+    position = {k: i for i, k in enumerate(ordered_keys)}
+    ranges: list[list[str]] = []
+    for key in sorted(set(wanted), key=position.__getitem__):
+        if ranges and position[key] == position[ranges[-1][-1]] + 1 and len(ranges[-1]) < batch_size:
+            ranges[-1].append(key)
+        else:
+            ranges.append([key])
+    return ranges
+
+
+def compute_sessions(
+    session_ids: Iterable[str],
+    metrics: Sequence[str] | None = None,
+    *,
+    instance: dg.DagsterInstance | None = None,
+    batch_size: int | None = None,
+    raise_on_error: bool = False,
+    quiet: bool = True,
+) -> ComputeOutcome:
+    """Evaluate the enabled metrics (or `metrics`, with what they depend on) on the
+    given sessions, one Dagster run per contiguous batch."""
+    from .defs.jobs import EVALUATE_JOB
+    from .definitions import defs, runtime
+
+    catalog, config = runtime()
+    ids = list(dict.fromkeys(session_ids))
+    outcome = ComputeOutcome(sessions=len(ids))
+    if not ids:
+        return outcome
+    instance = instance or dagster_instance()
+    existing = set(instance.get_dynamic_partitions("sessions"))
+    new = [k for k in ids if k not in existing]
+    if new:
+        instance.add_dynamic_partitions("sessions", new)
+    ordered = instance.get_dynamic_partitions("sessions")
+
+    selection = None
+    if metrics:
+        keys = []
+        for name in metrics:
+            scope, _, metric_name = name.rpartition("/")
+            definition = catalog.find(metric_name)
+            scopes = [s for s in definition.scopes if not scope or s.value == scope]
+            if not scopes:
+                raise ValueError(f"{metric_name} is not defined at scope {scope}")
+            keys.extend(m.key for m in catalog.metrics.values() if m.definition is definition and m.scope in scopes)
+        from .defs.assets import SESSION_CONTEXT_KEY, asset_key
+
+        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in catalog.closure(keys))]
+
+    run_config = QUIET_RUN_CONFIG if quiet else None
+    size = batch_size or config.engine.batch_size
+    for batch in contiguous_ranges(ids, ordered, size):
+        tags = {RANGE_START: batch[0], RANGE_END: batch[-1]}
+        if selection is None:
+            result = defs.resolve_job_def(EVALUATE_JOB).execute_in_process(
+                instance=instance, tags=tags, raise_on_error=raise_on_error, run_config=run_config
+            )
+        else:
+            result = dg.materialize(
+                assets=list(defs.assets or []),
+                selection=selection,
+                resources=defs.resources,
+                instance=instance,
+                tags=tags,
+                raise_on_error=raise_on_error,
+                run_config=run_config,
+            )
+        outcome.runs.append(result.run_id)
+        if not result.success:
+            outcome.failed_runs.append(result.run_id)
+    return outcome
