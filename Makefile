@@ -1,0 +1,29 @@
+# Everything installs into .venv/ in the repository: Python 3.12 (from pyenv's
+# .python-version), then the locked dependencies through uv.
+PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3)
+VENV := .venv
+INSTALLED := $(VENV)/.installed
+UV_VERSION := 0.13.8
+
+.PHONY: install demo test bench clean
+
+$(INSTALLED): pyproject.toml uv.lock
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(VENV)/bin/uv || $(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(VENV)/bin/uv sync --frozen --quiet --python $(VENV)/bin/python
+	@touch $@
+
+install: $(INSTALLED)
+
+demo: install
+	$(VENV)/bin/mce demo
+
+test: install
+	$(VENV)/bin/python -m pytest
+
+bench: install
+	$(VENV)/bin/python bench/evaluate.py
+
+clean:
+	-$(VENV)/bin/mce kg stop
+	rm -rf $(VENV) .mce
