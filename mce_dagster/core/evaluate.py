@@ -24,6 +24,7 @@ SessionResults = dict[str, dict[str, MetricValue]]
 
 
 class EvaluableMetric(Protocol):
+    key: DependencyKey
     scope: Scope
     compute: MetricFunction
     dependencies: tuple[DependencyKey, ...]
@@ -78,3 +79,17 @@ def evaluate_metric(
                 values[entity.id] = outcome
         batch.values[session_id] = values
     return batch
+
+
+def evaluate_all(
+    metrics: list[EvaluableMetric],
+    contexts: Mapping[str, SessionContext],
+    prices: PriceLookup | None,
+) -> dict[DependencyKey, MetricBatch]:
+    """Every metric, dependencies first (the order `Catalog.ordered` gives), in
+    memory: no graph, no Dagster."""
+    batches: dict[DependencyKey, MetricBatch] = {}
+    for metric in metrics:
+        deps = {key: batches[key].values for key in metric.dependencies}
+        batches[metric.key] = evaluate_metric(metric, contexts, deps, prices)
+    return batches
