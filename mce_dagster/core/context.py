@@ -30,12 +30,22 @@ class Node:
         return self.props.get("name") or ""
 
     @property
+    def start_ns(self) -> int:
+        exact = self.props.get("startTimeUnixNano")
+        return int(exact) if exact is not None else round(float(self.props["startTime"]) * 1e9)
+
+    @property
+    def end_ns(self) -> int:
+        exact = self.props.get("endTimeUnixNano")
+        return int(exact) if exact is not None else round(float(self.props["endTime"]) * 1e9)
+
+    @property
     def start(self) -> float:
-        return float(self.props["startTime"])
+        return self.start_ns / 1e9
 
     @property
     def end(self) -> float:
-        return float(self.props["endTime"])
+        return self.end_ns / 1e9
 
     @property
     def success(self) -> bool | None:

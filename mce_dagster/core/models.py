@@ -24,6 +24,10 @@ class ExecutionNode(BaseModel):
     parentSpanId: str | None = None
     startTime: float
     endTime: float
+    # Exact times: float seconds lose sub-microsecond digits (and some stores
+    # return doubles rounded to 15 digits).
+    startTimeUnixNano: int | None = None
+    endTimeUnixNano: int | None = None
     duration: float = Field(ge=0)
     # Absent means "not known", never "failed".
     success: bool | None = None

@@ -93,6 +93,8 @@ COMMON_PROPS: tuple[str, ...] = (
     "parentSpanId",
     "startTime",
     "endTime",
+    "startTimeUnixNano",
+    "endTimeUnixNano",
     "duration",
     "success",
 )

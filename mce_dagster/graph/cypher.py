@@ -97,7 +97,7 @@ def read_contexts() -> str:
         )
     parts.append(
         f"MATCH (n:{Label.SPAN}) WHERE n.sessionId IN $ids "
-        f"RETURN '{Label.SPAN}' AS label, n {{.id, .sessionId, .name, .startTime, .endTime, .duration}} AS props, "
+        f"RETURN '{Label.SPAN}' AS label, n {{.id, .sessionId, .name, .startTime, .endTime, .startTimeUnixNano, .endTimeUnixNano, .duration}} AS props, "
         "[] AS parents"
     )
     return " UNION ALL ".join(parts)

@@ -26,7 +26,7 @@ from ..core.ontology import CHILD_REL, Label, Rel
 from .spans import LABEL_OF_KIND, ParsedSpan
 
 # Children may start a little before the parent span the SDK opened around them.
-_TIME_SLACK_S = 1e-6
+_TIME_SLACK_NS = 1_000
 
 
 @dataclass
@@ -84,8 +84,15 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGrap
         else:
             label[span.span_id] = Label.SPAN
 
-    start = min(s.start for s in ordered)
-    end = max(s.end for s in ordered)
+    start_ns = min(s.start_ns for s in ordered)
+    end_ns = max(s.end_ns for s in ordered)
+    extent = {
+        "startTime": start_ns / 1e9,
+        "endTime": end_ns / 1e9,
+        "startTimeUnixNano": start_ns,
+        "endTimeUnixNano": end_ns,
+        "duration": (end_ns - start_ns) / 1e6,
+    }
     services = Counter(s.service for s in ordered if s.service)
     roots = [s for s in ordered if is_root(s) and s.service]
     app_name = roots[0].service if roots else (services.most_common(1)[0][0] if services else None)
@@ -100,9 +107,7 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGrap
             "id": session_id,
             "sessionId": session_id,
             "name": app_name or session_id,
-            "startTime": start,
-            "endTime": end,
-            "duration": (end - start) * 1000.0,
+            **extent,
             "appName": app_name,
         },
     )
@@ -118,9 +123,7 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGrap
                 "id": mas_id,
                 "sessionId": session_id,
                 "name": app_name or "session",
-                "startTime": start,
-                "endTime": end,
-                "duration": (end - start) * 1000.0,
+                **extent,
             },
         )
         graph.counts["synthetic_mas_calls"] += 1
@@ -161,6 +164,8 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGrap
             "parentSpanId": span.parent_span_id,
             "startTime": span.start,
             "endTime": span.end,
+            "startTimeUnixNano": span.start_ns,
+            "endTimeUnixNano": span.end_ns,
             "duration": span.duration_ms,
             "success": span.success,
         }
@@ -223,7 +228,7 @@ def _attribute_to_agents(
         containing = [
             a
             for a in agents
-            if a.start - _TIME_SLACK_S <= span.start <= a.end + _TIME_SLACK_S and a.span_id != span.span_id
+            if a.start_ns - _TIME_SLACK_NS <= span.start_ns <= a.end_ns + _TIME_SLACK_NS and a.span_id != span.span_id
         ]
         if span.agent_hint:
             named = [a for a in containing if a.props.get("agentName") == span.agent_hint]

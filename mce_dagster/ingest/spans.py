@@ -25,12 +25,20 @@ _TIMESTAMP = re.compile(
 
 
 def parse_timestamp(value: Any) -> float:
-    """Unix seconds from ISO 8601 (with or without `Z`, up to nanoseconds; UTC when
-    no offset is given) or from a number of nanoseconds / seconds."""
+    """Unix seconds (see parse_timestamp_ns)."""
+    return parse_timestamp_ns(value) / 1e9
+
+
+def parse_timestamp_ns(value: Any) -> int:
+    """Unix nanoseconds, exactly, from ISO 8601 (with or without `Z`, up to
+    nanoseconds; UTC when no offset is given) or from a number of nanoseconds or
+    seconds."""
     if isinstance(value, bool):
         raise RowError(f"bad Timestamp {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value) / 1e9 if value > 1e14 else float(value)
+    if isinstance(value, int):
+        return value if value > 10**14 else value * 10**9
+    if isinstance(value, float):
+        return int(value) if value > 1e14 else round(value * 1e9)
     if not isinstance(value, str):
         raise RowError(f"bad Timestamp {value!r}")
     match = _TIMESTAMP.match(value.strip())
@@ -45,12 +53,12 @@ def parse_timestamp(value: Any) -> float:
         raise RowError(f"bad Timestamp {value!r}: {exc}") from None
     if not (1 <= int(month) <= 12 and 1 <= int(day) <= 31 and int(hour) < 24 and int(minute) < 60 and int(second) < 61):
         raise RowError(f"bad Timestamp {value!r}")
-    seconds = float(whole) + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
     if zone and zone != "Z":
         sign = 1 if zone[0] == "+" else -1
         digits = zone[1:].replace(":", "")
-        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
-    return seconds
+        whole -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    nanos = int(fraction.ljust(9, "0")) if fraction else 0
+    return whole * 10**9 + nanos
 
 
 def _duration_ns(value: Any) -> int:
@@ -189,8 +197,8 @@ class ParsedSpan:
     parent_span_id: str | None
     name: str
     kind: str | None  # see span_kind
-    start: float
-    end: float
+    start_ns: int
+    end_ns: int
     duration_ms: float
     service: str | None
     success: bool | None
@@ -201,6 +209,14 @@ class ParsedSpan:
     output_text: str | None = None
     tools_offered: list[dict[str, Any]] = field(default_factory=list)
     llm_provider: str | None = None
+
+    @property
+    def start(self) -> float:
+        return self.start_ns / 1e9
+
+    @property
+    def end(self) -> float:
+        return self.end_ns / 1e9
 
 
 def session_of(row: Mapping[str, Any], hint: str | None = None) -> str:
@@ -225,7 +241,7 @@ def parse_row(row: Mapping[str, Any], session_hint: str | None = None) -> Parsed
         raise RowError("no SpanId")
     if "Timestamp" not in row:
         raise RowError("no Timestamp")
-    start = parse_timestamp(row["Timestamp"])
+    start_ns = parse_timestamp_ns(row["Timestamp"])
     duration_ns = _duration_ns(row.get("Duration", 0))
     name = str(row.get("SpanName") or "")
     kind = span_kind(name, attrs)
@@ -257,8 +273,8 @@ def parse_row(row: Mapping[str, Any], session_hint: str | None = None) -> Parsed
         parent_span_id=(row.get("ParentSpanId") or None),
         name=name,
         kind=kind,
-        start=start,
-        end=start + duration_ns / 1e9,
+        start_ns=start_ns,
+        end_ns=start_ns + duration_ns,
         duration_ms=duration_ns / 1e6,
         service=row.get("ServiceName") or None,
         success=success,

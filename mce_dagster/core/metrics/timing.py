@@ -13,9 +13,9 @@ def duration(entity: Node, inp: EvaluationInput) -> Outcome:
         spans = inp.session.all_spans()
         if not spans:
             raise MetricFailure("the session has no spans")
-        start = min(s.start for s in spans)
-        end = max(s.end for s in spans)
-        return MetricValue(value=(end - start) * 1000.0, metadata={"spans": len(spans)})
+        start = min(s.start_ns for s in spans)
+        end = max(s.end_ns for s in spans)
+        return MetricValue(value=(end - start) / 1e6, metadata={"spans": len(spans)})
     value = entity.get("duration")
     if value is None:
         raise MetricFailure(f"{entity.label} {entity.id} has no duration")
