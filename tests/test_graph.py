@@ -1,0 +1,121 @@
+"""The embedded graph: one shared server, results as ontology nodes, values as
+parameters."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from mce_dagster.core.models import MetricNode, MetricResultNode, result_id
+from mce_dagster.core.ontology import Scope
+from mce_dagster.graph.embedded import EmbeddedFalkorDB
+from mce_dagster.ingest import ingest_paths
+from test_ingest import row
+
+METRIC = MetricNode(name="Probe", provider="native", scope=["Session"], unit="x", valueRange="[0, null]", description="d", version=1)
+
+
+def result(entity: str, session: str, value: float, version: int = 1, **extra) -> MetricResultNode:
+    return MetricResultNode(
+        id=result_id("Probe", "native", entity, version), name="Probe", provider="native", scope=Scope.SESSION,
+        entityId=entity, sessionId=session, result=value, metricVersion=version, computedAt=time.time(), **extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def two_sessions(kg, tmp_path_factory):
+    path = tmp_path_factory.mktemp("g") / "two.json"
+    path.write_text(json.dumps([row("w1", "a.workflow", session="g1"), row("w2", "a.workflow", session="g2")]))
+    ingest_paths([path], kg)
+    return ["g1", "g2"]
+
+
+def test_results_are_written_linked_and_idempotent(kg, two_sessions):
+    missing = kg.write_results(METRIC, Scope.SESSION, [result("g1", "g1", 1.0), result("g2", "g2", 2.0)])
+    assert missing == []
+    linked = kg.backend.query(
+        "MATCH (x:MetricResult)-[:ofMetricType]->(m:Metric {name: 'Probe'}) MATCH (x)-[:measures]->(s:Session) "
+        "RETURN s.id AS s, x.result AS v ORDER BY s"
+    )
+    assert linked == [{"s": "g1", "v": 1.0}, {"s": "g2", "v": 2.0}]
+    # The same version again replaces the observation; a new version adds one.
+    kg.write_results(METRIC, Scope.SESSION, [result("g1", "g1", 5.0)])
+    kg.write_results(METRIC, Scope.SESSION, [result("g1", "g1", 7.0, version=2)])
+    values = sorted((r["metricVersion"], r["result"]) for r in kg.read_results(["g1"]) if r["name"] == "Probe")
+    assert values == [(1, 5.0), (2, 7.0)]
+
+
+def test_a_result_for_a_missing_entity_is_not_written(kg, two_sessions):
+    missing = kg.write_results(METRIC, Scope.SESSION, [result("nope", "g1", 3.0), result("g2", "g2", 4.0)])
+    assert missing == ["nope"]
+    assert not kg.backend.query("MATCH (x:MetricResult {entityId: 'nope'}) RETURN x.id AS id")
+
+
+def test_invalid_results_do_not_validate():
+    with pytest.raises(ValueError, match="finite"):
+        result("g1", "g1", float("nan"))
+    with pytest.raises(ValueError):
+        MetricResultNode.model_validate({**result("g1", "g1", 1.0).model_dump(), "result": "high"})
+
+
+def test_values_are_parameters_not_cypher(kg, two_sessions):
+    hostile = "x'}) DETACH DELETE n //\" \\ \n MATCH (n) RETURN n"
+    kg.write_results(METRIC, Scope.SESSION, [result("g2", "g2", 1.0, reasoning=hostile)])
+    stored = [r for r in kg.read_results(["g2"]) if r["name"] == "Probe" and r["metricVersion"] == 1][0]
+    assert stored["reasoning"] == hostile
+    assert kg.count_sessions() >= 2
+
+
+def _ingest_in_child(home: str, path: str, queue) -> None:
+    os.environ["MCE_HOME"] = home
+    from mce_dagster.graph.store import KnowledgeGraph, embedded_backend
+    from mce_dagster.ingest import ingest_paths as ingest
+
+    report = ingest([path], KnowledgeGraph(embedded_backend(__import__("pathlib").Path(home))), batch_size=5)
+    queue.put(len(report.sessions))
+
+
+def test_processes_share_one_store(tmp_path):
+    """Four processes start at once on a fresh MCE_HOME: one server is started,
+    and every session each of them writes is there afterwards."""
+    home = tmp_path / "h"
+    paths = []
+    for p in range(4):
+        rows = [row(f"w{p}-{i}", "a.workflow", session=f"proc{p}-s{i}") for i in range(25)]
+        path = tmp_path / f"p{p}.json"
+        path.write_text(json.dumps(rows))
+        paths.append(str(path))
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_ingest_in_child, args=(str(home), p, queue)) for p in paths]
+    try:
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(120)
+        assert [proc.exitcode for proc in procs] == [0, 0, 0, 0]
+        assert sorted(queue.get(timeout=5) for _ in procs) == [25, 25, 25, 25]
+        from mce_dagster.graph.store import KnowledgeGraph, embedded_backend
+
+        assert KnowledgeGraph(embedded_backend(home)).count_sessions() == 100
+    finally:
+        EmbeddedFalkorDB(home).stop()
+
+
+def test_server_outlives_its_starter_and_keeps_data(tmp_path):
+    from mce_dagster.graph.store import KnowledgeGraph, embedded_backend
+
+    home = tmp_path / "h2"
+    server = EmbeddedFalkorDB(home)
+    kg = KnowledgeGraph(embedded_backend(home))
+    kg.backend.query("CREATE (:Session {id: 'kept', sessionId: 'kept', startTime: 0.0})")
+    pid = server.pid()
+    assert server.ensure_running() and server.pid() == pid  # a second start finds it up
+    assert server.stop() is True and not server.is_running()
+    kg2 = KnowledgeGraph(embedded_backend(home))  # restarted from its files
+    assert kg2.session_ids() == ["kept"]
+    server.stop()
