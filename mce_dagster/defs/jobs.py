@@ -6,7 +6,6 @@ import dagster as dg
 
 from ..catalog import CatalogMetric
 from .assets import SESSION_CONTEXT_KEY, asset_key
-from .partitions import sessions_partitions
 
 EVALUATE_JOB = "evaluate_sessions"
 
@@ -19,7 +18,6 @@ def evaluate_job(metrics: Iterable[CatalogMetric], name: str = EVALUATE_JOB) -> 
     return dg.define_asset_job(
         name=name,
         selection=dg.AssetSelection.assets(*keys),
-        partitions_def=sessions_partitions,
         executor_def=dg.in_process_executor,
         description="Evaluate the enabled metrics on a batch of sessions and write the results to the knowledge graph.",
     )

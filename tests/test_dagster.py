@@ -1,0 +1,139 @@
+"""The Dagster definitions: the asset graph is the metric graph, and runs write
+the same values the plain functions compute."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from conftest import REPO
+from mce_dagster.core.evaluate import evaluate_all
+from mce_dagster.core.metric import DependencyKey
+from mce_dagster.core.ontology import Scope
+from mce_dagster.definitions import build_definitions, runtime
+from mce_dagster.defs.assets import asset_key
+from mce_dagster.defs.jobs import EVALUATE_JOB
+from mce_dagster.ingest import ingest_paths
+from mce_dagster.prices import load_price_table
+from mce_dagster.runner import RANGE_END, RANGE_START, QUIET_RUN_CONFIG
+from test_ingest import row
+
+
+@pytest.fixture(scope="module")
+def defs(mce_home):
+    return build_definitions(*runtime())
+
+
+@pytest.fixture(scope="module")
+def sessions(kg, tmp_path_factory, real_traces):
+    report = ingest_paths(sorted(real_traces.glob("*.json")), kg)
+    # One more session whose LLM call records no usage: TokenCount fails on it.
+    path = tmp_path_factory.mktemp("d") / "nousage.json"
+    path.write_text(json.dumps([
+        row("nu-wf", "a.workflow", session="no-usage", duration_ns=3_000_000_000),
+        row("nu-llm", "x.chat", parent="nu-wf", session="no-usage", **{"gen_ai.request.model": "gpt-4o"}),
+    ]))
+    report2 = ingest_paths([path], kg)
+    return report.sessions + report2.sessions
+
+
+def test_asset_graph_is_the_metric_graph(defs):
+    catalog, config = runtime()
+    graph = defs.resolve_asset_graph()
+    keys = {k for k in graph.get_all_asset_keys()}
+    for metric in catalog.metrics.values():
+        key = asset_key(metric.key)
+        assert key in keys
+        node = graph.get(key)
+        assert node.group_name == metric.scope.value
+        assert node.code_version == str(metric.definition.version)
+        expected = {dg.AssetKey(["session_context"])} | {asset_key(d) for d in metric.dependencies}
+        assert set(node.parent_keys) == expected
+    avg = graph.get(dg.AssetKey(["Session", "AvgLLMCallDuration"]))
+    assert dg.AssetKey(["LLMCall", "Duration"]) in avg.parent_keys
+    job = defs.resolve_job_def(EVALUATE_JOB)
+    assert job.partitions_def is not None and job.partitions_def.name == "sessions"
+
+
+def run_batch(defs, instance, keys):
+    instance.add_dynamic_partitions("sessions", [k for k in keys if not instance.has_dynamic_partition("sessions", k)])
+    return defs.resolve_job_def(EVALUATE_JOB).execute_in_process(
+        instance=instance, tags={RANGE_START: keys[0], RANGE_END: keys[-1]}, run_config=QUIET_RUN_CONFIG
+    )
+
+
+def test_one_run_over_a_batch_writes_what_the_functions_compute(defs, kg, sessions):
+    instance = dg.DagsterInstance.ephemeral()
+    result = run_batch(defs, instance, sessions)
+    assert result.success
+    catalog, config = runtime()
+    plain = evaluate_all(list(config.enabled), kg.read_contexts(sessions), load_price_table())
+    stored = {(r["sessionId"], r["scope"], r["name"], r["entityId"]): r for r in kg.read_results(sessions)}
+    expected = {
+        (sid, m.scope.value, m.name, eid): v
+        for m in config.enabled
+        for sid, by_entity in plain[m.key].values.items()
+        for eid, v in by_entity.items()
+    }
+    assert expected, "the batch computed nothing"
+    assert set(stored) == set(expected)
+    for key, value in expected.items():
+        assert stored[key]["result"] == pytest.approx(value.value, rel=1e-12), key
+        # FalkorDB replies carry doubles to 15 significant digits.
+        for part in ("numerator", "denominator"):
+            want = getattr(value, part)
+            assert stored[key].get(part) == (None if want is None else pytest.approx(want, rel=1e-12)), (key, part)
+    # One materialization per (asset, session) in that single run.
+    records = instance.fetch_materializations(dg.AssetKey(["Session", "Duration"]), limit=100).records
+    assert sorted(r.partition_key for r in records) == sorted(sessions)
+    assert {r.run_id for r in records} == {result.run_id}
+
+
+def test_a_failure_is_metadata_never_a_zero(defs, kg, sessions):
+    instance = dg.DagsterInstance.ephemeral()
+    result = run_batch(defs, instance, sessions)
+    materializations = [
+        e.event_specific_data.materialization
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey(["LLMCall", "TokenCount"]) and e.partition == "no-usage"
+    ]
+    assert materializations and materializations[0].metadata["failed"].value == 1
+    assert "records no token usage" in materializations[0].metadata["failures"].value
+    stored = [r for r in kg.read_results(["no-usage"]) if r["name"] == "TokenCount" and r["scope"] == "LLMCall"]
+    assert stored == []
+
+
+def test_a_single_session_in_its_own_run_and_loading_across_runs(defs, kg, sessions):
+    instance = dg.DagsterInstance.ephemeral()
+    sid = sessions[0]
+    instance.add_dynamic_partitions("sessions", [sid])
+    before = [r for r in kg.read_results([sid]) if r["name"] == "WorkflowEfficiency"]
+    # Only WorkflowEfficiency runs: its input, AgentToAgentInteractions, is loaded
+    # from the graph, where an earlier run left it.
+    result = dg.materialize(
+        assets=list(defs.assets),
+        selection=[dg.AssetKey(["session_context"]), dg.AssetKey(["Session", "WorkflowEfficiency"])],
+        resources=defs.resources,
+        instance=instance,
+        partition_key=sid,
+        run_config=QUIET_RUN_CONFIG,
+    )
+    assert result.success
+    after = [r for r in kg.read_results([sid]) if r["name"] == "WorkflowEfficiency"]
+    assert len(after) == 1 and after[0]["runId"] == result.run_id
+    if before:
+        assert after[0]["result"] == pytest.approx(before[0]["result"])
+        assert after[0]["id"] == before[0]["id"]  # same version, same entity: replaced
+
+
+def test_definitions_validate_from_the_dagster_cli(mce_home):
+    done = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "dagster"), "definitions", "validate", "-w", str(REPO / "workspace.yaml")],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Validation successful" in done.stderr + done.stdout
