@@ -200,3 +200,25 @@ def test_ingest_is_idempotent(kg, tmp_path):
     ingest_paths([path], kg)
     assert snapshot() == before
     assert kg.read_contexts(["idem"])["idem"].calls(Label.LLM_CALL)[0].props["totalTokenCount"] == 9
+
+
+def test_context_from_ingestion_equals_context_from_the_graph(kg, tmp_path):
+    rows = [
+        row("cw", "LangGraph.workflow", session="ctx", duration_ns=5_000_000_000),
+        row("ca", "a.agent", session="ctx", trace="t2", start="2025-01-01T00:00:01Z", agent_id="a"),
+        row("cl", "x.chat", parent="cw", session="ctx", start="2025-01-01T00:00:01.5Z", agent_id="a", **{"llm.usage.total_tokens": "9"}),
+        row("cs", "POST", parent="cl", session="ctx", start="2025-01-01T00:00:01.6Z"),
+    ]
+    path = tmp_path / "ctx.json"
+    path.write_text(json.dumps(rows))
+    report = IngestReport()
+    graph = build_graphs(collect_spans([path], report), report)[0]
+    ingest_paths([path], kg)
+    from_graph = kg.read_contexts(["ctx"])["ctx"]
+    direct = graph.to_context()
+    assert {k: sorted(v) for k, v in direct.children.items()} == {k: sorted(v) for k, v in from_graph.children.items()}
+    assert direct.nodes.keys() == from_graph.nodes.keys()
+    for node_id, node in from_graph.nodes.items():
+        read = {k: v for k, v in node.props.items() if k != "ingestedAt"}
+        assert read == {k: direct.nodes[node_id].props.get(k) for k in read}, node_id
+    assert sorted(s.id for s in direct.spans) == sorted(s.id for s in from_graph.spans) == ["cs"]

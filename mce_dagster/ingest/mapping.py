@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.context import Edge, Node, SessionContext
 from ..core.models import NODE_MODELS
 from ..core.ontology import CHILD_REL, Label, Rel
 from .spans import LABEL_OF_KIND, ParsedSpan
@@ -56,6 +57,12 @@ class SessionGraph:
 
     def node_count(self) -> int:
         return sum(len(v) for v in self.nodes.values())
+
+    def to_context(self) -> SessionContext:
+        """The session context straight from ingestion, with no graph in between."""
+        nodes = [Node(label, {k: v for k, v in props.items() if v is not None}) for label, rows in self.nodes.items() for props in rows]
+        edges = [Edge(l.source_id, l.target_id) for l in self.links if l.rel is not Rel.HAS_SPAN]
+        return SessionContext.build(nodes, edges)
 
 
 def synthetic_mas_id(session_id: str) -> str:
