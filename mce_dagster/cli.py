@@ -217,23 +217,30 @@ def kg_stop() -> None:
 @kg_app.command("check")
 def kg_check() -> None:
     """Resolve every graph property the catalog's metrics read against the live graph."""
+    from .core.models import NODE_MODELS
     from .core.ontology import Label
 
     catalog = _catalog()
     kg = _graph()
     seen: dict[Label, set[str]] = {}
     missing: list[str] = []
+    unset: list[str] = []
     checked = 0
     for d in sorted(catalog.definitions.values(), key=lambda d: d.name):
         for label, props in d.requires.items():
             keys = seen.setdefault(label, kg.property_keys(label))
+            fields = NODE_MODELS[label].model_fields
             for prop in props:
                 checked += 1
-                if keys and prop not in keys:
-                    missing.append(f"{d.name}: {label.value}.{prop}")
+                if not keys or prop in keys:
+                    continue
+                # An optional property may be absent everywhere (no call failed, say).
+                (missing if fields[prop].is_required() else unset).append(f"{d.name}: {label.value}.{prop}")
     empty = sorted(label.value for label, keys in seen.items() if not keys)
     if empty:
         out.print(f"[yellow]no nodes yet to check:[/yellow] {', '.join(empty)}")
+    for u in unset:
+        out.print(f"[yellow]optional, set on no node sampled:[/yellow] {u}")
     for m in missing:
         err.print(f"[red]not in the graph:[/red] {m}")
     if missing:

@@ -1,0 +1,86 @@
+"""The `mce` command as a person runs it (each call a fresh process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from test_ingest import row
+
+MCE = str(REPO / ".venv" / "bin" / "mce")
+KEYS = {
+    "metric", "provider", "scope", "entity_id", "session_id", "value", "numerator", "denominator", "reasoning",
+    "method", "evaluation_model", "evaluation_prompt_tokens", "evaluation_completion_tokens",
+    "evaluation_total_tokens", "evaluation_cost", "metric_version", "computed_at",
+}
+
+
+def mce(home, *args, check=True):
+    env = {**os.environ, "MCE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+    done = subprocess.run([MCE, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_catalog_commands(mce_home):
+    listed = json.loads(mce(mce_home, "metric", "list", "--json").stdout)
+    by_name = {m["name"]: m for m in listed}
+    assert by_name["ToolErrorRate"]["scopes"] == ["Session", "AgentCall"]
+    assert by_name["WorkflowEfficiency"]["depends_on"] == ["AgentToAgentInteractions"]
+    shown = mce(mce_home, "metric", "show", "Cost").stdout
+    assert "priced as gpt-4o" in shown and "USD" in shown
+    assert "native" in mce(mce_home, "provider", "list").stdout
+    missing = mce(mce_home, "metric", "show", "Nope", check=False)
+    assert missing.returncode == 1 and "no metric named 'Nope'" in missing.stderr
+
+
+def test_ingest_compute_and_read_back(mce_home, real_traces, tmp_path):
+    trace = real_traces / "llm_single_session.json"
+    session = "outshift_langgraph_app_0ef9ae3d-bbe0-4e6a-861a-6d9d22dd0f09"
+    bad = tmp_path / "bad.json"
+    broken = row("b1", "x.tool", start="soon")
+    bad.write_text(json.dumps([broken]))
+    ingested = mce(mce_home, "ingest", str(trace), str(bad))
+    assert "ingested 1 sessions (9 spans)" in ingested.stdout
+    assert "row not placed" in ingested.stderr and "bad Timestamp 'soon'" in ingested.stderr
+    assert mce(mce_home, "ingest", str(bad), "--strict", check=False).returncode == 1
+
+    computed = mce(mce_home, "compute", session)
+    assert "evaluated 1 session(s) in 1 Dagster run(s)" in computed.stdout
+
+    rows = json.loads(mce(mce_home, "kg", "metric", "get", session, "--json").stdout)
+    assert rows and all(KEYS <= set(r) for r in rows)
+    assert {r["scope"] for r in rows} == {"Session"}
+    by_metric = {r["metric"]: r for r in rows}
+    assert by_metric["LLMCallCount"]["value"] == 2.0
+    assert by_metric["TokenCount"]["value"] == 190 + 225  # llm.usage.total_tokens of its two LLM spans
+    assert by_metric["Cost"]["evaluation_cost"] == 0.0 and by_metric["Cost"]["evaluation_model"] is None
+    deep = json.loads(mce(mce_home, "kg", "metric", "get", session, "--recursive", "--json").stdout)
+    assert {"Session", "LLMCall", "ToolCall"} <= {r["scope"] for r in deep}
+
+    unknown = mce(mce_home, "compute", session, "--metrics", "Nope", check=False)
+    assert unknown.returncode == 2 and "no metric named 'Nope'" in unknown.stderr
+    assert "OK" in mce(mce_home, "kg", "check").stdout
+
+
+def test_kg_check_names_a_missing_required_property(tmp_path):
+    from typer.testing import CliRunner
+
+    from mce_dagster.cli import app
+    from mce_dagster.graph.embedded import EmbeddedFalkorDB
+    from mce_dagster.graph.store import KnowledgeGraph, embedded_backend
+
+    home = tmp_path / "h"
+    try:
+        kg = KnowledgeGraph(embedded_backend(home))
+        kg.backend.query("CREATE (:ToolCall {id: 'x', sessionId: 's', name: 'n', startTime: 0.0, endTime: 1.0, duration: 1000.0})")
+        result = CliRunner().invoke(app, ["kg", "check"], env={"MCE_HOME": str(home)})
+        assert result.exit_code == 1
+        assert "CyclesCount: ToolCall.toolName" in result.output
+    finally:
+        EmbeddedFalkorDB(home).stop()
