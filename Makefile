@@ -5,7 +5,7 @@ VENV := .venv
 INSTALLED := $(VENV)/.installed
 UV_VERSION := 0.13.8
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench dev clean
 
 $(INSTALLED): pyproject.toml uv.lock
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ demo: install
 
 test: install
 	$(VENV)/bin/python -m pytest
+
+# The Dagster UI on the local instance the CLI and the demo write to.
+dev: install
+	DAGSTER_HOME=$(CURDIR)/.mce/dagster $(VENV)/bin/dagster dev -w workspace.yaml
 
 bench: install
 	$(VENV)/bin/python bench/evaluate.py

@@ -4,6 +4,7 @@ the same values the plain functions compute."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -130,10 +131,13 @@ def test_a_single_session_in_its_own_run_and_loading_across_runs(defs, kg, sessi
         assert after[0]["id"] == before[0]["id"]  # same version, same entity: replaced
 
 
-def test_definitions_validate_from_the_dagster_cli(mce_home):
+def test_definitions_validate_from_the_dagster_cli(mce_home, tmp_path):
+    # DAGSTER_HOME set, as in every documented command: otherwise Dagster would
+    # read the production dagster.yaml of the working directory.
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     done = subprocess.run(
         [str(REPO / ".venv" / "bin" / "dagster"), "definitions", "validate", "-w", str(REPO / "workspace.yaml")],
-        cwd=REPO, capture_output=True, text=True, timeout=180,
+        cwd=REPO, capture_output=True, text=True, timeout=180, env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Validation successful" in done.stderr + done.stdout
