@@ -22,8 +22,9 @@ app.add_typer(provider_app, name="provider")
 app.add_typer(kg_app, name="kg")
 kg_app.add_typer(kg_metric_app, name="metric")
 
-out = Console()
-err = Console(stderr=True)
+# Tables stay readable when the output is a file or a pipe (Rich assumes 80 columns).
+out = Console(width=None if sys.stdout.isatty() else 132)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 132)
 
 
 def _catalog():
@@ -45,9 +46,9 @@ def _graph():
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
-    if value == 0 or abs(value) >= 0.01:
-        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
-    return f"{value:.3e}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
 
 
 # -- catalog ---------------------------------------------------------------
@@ -266,7 +267,7 @@ def synth(
 
 @app.command()
 def demo(
-    sessions: Annotated[int, typer.Option(help="Synthetic sessions to generate.")] = 300,
+    sessions: Annotated[int, typer.Option(help="Synthetic sessions to generate.")] = 200,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
 ) -> None:
     """Generate and ingest synthetic sessions, evaluate every enabled metric through

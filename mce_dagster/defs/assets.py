@@ -110,10 +110,12 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
     def compute(context: dg.AssetExecutionContext, session_context: dict[str, SessionContext], **dependencies) -> dg.Output:
         deps = {arg_to_dep[name]: results for name, results in dependencies.items()}
         batch = evaluate_metric(metric, session_context, deps, prices())
-        for failure in batch.failures[:_SHOWN_FAILURES]:
-            context.log.warning(f"{metric.key} failed on {failure.entity_id} (session {failure.session_id}): {failure.reason}")
-        if len(batch.failures) > _SHOWN_FAILURES:
-            context.log.warning(f"{metric.key}: {len(batch.failures) - _SHOWN_FAILURES} more failures")
+        if batch.failures:
+            first = batch.failures[0]
+            context.log.warning(
+                f"{metric.key} failed on {len(batch.failures)} of {len(batch.failures) + batch.evaluated + batch.not_applicable} "
+                f"entities, nothing written for them; first: {first.entity_id} (session {first.session_id}): {first.reason}"
+            )
         metadata: dict[str, object] = {
             "sessions": len(session_context),
             "evaluated": batch.evaluated,
