@@ -17,10 +17,14 @@ from .results import to_public
 
 class MCEClient:
     def __init__(self, knowledge_graph: KnowledgeGraph | None = None):
+        self._owned = knowledge_graph is None
         if knowledge_graph is None:
-            from .defs.resources import knowledge_graph_from_env
+            from pathlib import Path
 
-            knowledge_graph = knowledge_graph_from_env().open()
+            from .defs.resources import default_mce_home
+            from .graph.store import embedded_backend
+
+            knowledge_graph = KnowledgeGraph(embedded_backend(Path(default_mce_home())))
         self.kg = knowledge_graph
 
     def __enter__(self) -> "MCEClient":
@@ -30,8 +34,9 @@ class MCEClient:
         self.close()
 
     def close(self) -> None:
-        # The graph connection is shared by the process; it is closed at exit.
-        pass
+        """Close the connection this client opened (not one it was given)."""
+        if self._owned:
+            self.kg.close()
 
     def get_metrics(
         self, session_id: str, metric_ids: Sequence[str] | None = None, recursive: bool = False

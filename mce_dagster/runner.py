@@ -87,6 +87,13 @@ def compute_sessions(
     outcome = ComputeOutcome(sessions=len(ids))
     if not ids:
         return outcome
+    known = defs.resources["knowledge_graph"].open().existing_sessions(ids)
+    absent = [k for k in ids if k not in known]
+    if absent:
+        raise ValueError(
+            f"{len(absent)} session(s) are not in the knowledge graph: {', '.join(absent[:10])}"
+            + (" ..." if len(absent) > 10 else "")
+        )
     instance = instance or dagster_instance()
     existing = set(instance.get_dynamic_partitions("sessions"))
     new = [k for k in ids if k not in existing]

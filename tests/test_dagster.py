@@ -141,3 +141,55 @@ def test_definitions_validate_from_the_dagster_cli(mce_home, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Validation successful" in done.stderr + done.stdout
+
+
+def test_the_python_client(kg, sessions, monkeypatch, tmp_path):
+    from mce_dagster.client import MCEClient
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    sid = "no-usage"
+    with MCEClient() as client:
+        assert client.compute_and_store(sid, metrics=["Session/Duration", "LLMCallCount"])
+        rows = client.get_metrics(sid, metric_ids=["Duration", "LLMCallCount"])
+        assert {r["metric"]: r["value"] for r in rows} == {"Duration": 3000.0, "LLMCallCount": 1.0}
+        assert {r["scope"] for r in client.get_metrics(sid, recursive=True)} >= {"Session", "MASCall"}
+        with pytest.raises(ValueError, match="not in the knowledge graph: nowhere"):
+            client.compute_and_store("nowhere")
+
+
+def test_the_webserver_serves_the_asset_graph(mce_home, tmp_path):
+    """`dagster-webserver -w workspace.yaml` (what `dagster dev` serves) loads the
+    code location and lists every metric asset over GraphQL."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    server = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "dagster-webserver"), "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        query = json.dumps({"query": "{ assetNodes { assetKey { path } groupName } }"}).encode()
+        deadline = time.monotonic() + 120
+        body = None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=query, headers={"Content-Type": "application/json"})
+                body = json.loads(urllib.request.urlopen(request, timeout=5).read())
+                if body.get("data", {}).get("assetNodes"):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        assert body and body["data"]["assetNodes"], server.stderr.read() if server.poll() is not None else "no answer"
+        nodes = {"/".join(n["assetKey"]["path"]): n["groupName"] for n in body["data"]["assetNodes"]}
+        catalog, _ = runtime()
+        assert len(nodes) == len(catalog.metrics) + 1
+        assert nodes["Session/WorkflowEfficiency"] == "Session" and nodes["LLMCall/Cost"] == "LLMCall"
+    finally:
+        server.terminate()
+        server.wait(30)

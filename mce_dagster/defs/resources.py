@@ -21,7 +21,7 @@ class KnowledgeGraphResource(dg.ConfigurableResource):
     """The knowledge graph the engine reads sessions from and writes results to.
 
     `embedded` (the default) is a FalkorDB server shared by every process of the
-    deployment, its data under `mce_home`."""
+    deployment, its data under `mce_home` (default: $MCE_HOME, else ./.mce)."""
 
     backend: str = "embedded"
     mce_home: str = ""
@@ -39,8 +39,8 @@ class KnowledgeGraphResource(dg.ConfigurableResource):
 
 
 def knowledge_graph_from_env() -> KnowledgeGraphResource:
+    # MCE_HOME is read when the graph is opened, in the process that opens it.
     return KnowledgeGraphResource(
         backend=os.environ.get("MCE_GRAPH_BACKEND", "embedded"),
-        mce_home=default_mce_home(),
         graph_name=os.environ.get("MCE_GRAPH_NAME", "mce"),
     )

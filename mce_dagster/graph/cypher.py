@@ -103,6 +103,7 @@ def read_contexts() -> str:
     return " UNION ALL ".join(parts)
 
 
+EXISTING_SESSIONS = f"MATCH (s:{Label.SESSION}) WHERE s.id IN $ids RETURN s.id AS id"
 LIST_SESSIONS = f"MATCH (s:{Label.SESSION}) RETURN s.id AS id ORDER BY s.startTime, s.id"
 COUNT_SESSIONS = f"MATCH (s:{Label.SESSION}) RETURN count(s) AS n"
 

@@ -160,6 +160,9 @@ class KnowledgeGraph:
     def session_ids(self) -> list[str]:
         return [r["id"] for r in self.backend.query(cypher.LIST_SESSIONS)]
 
+    def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
+        return {r["id"] for r in self.backend.query(cypher.EXISTING_SESSIONS, {"ids": list(session_ids)})}
+
     def count_sessions(self) -> int:
         return int(self.backend.query(cypher.COUNT_SESSIONS)[0]["n"])
 
