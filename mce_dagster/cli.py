@@ -308,10 +308,11 @@ def demo(
     out.print(table)
     errors = top_sessions(results, "SumToolError")
     cycles = top_sessions(results, "CyclesCount")
-    if errors:
-        out.print("most tool errors: " + ", ".join(f"{sid} ({int(v)})" for sid, v in errors))
-    if cycles:
-        out.print("most cycles:      " + ", ".join(f"{sid} ({int(v)})" for sid, v in cycles))
+    for title, top in (("most tool errors", errors), ("most cycles", cycles)):
+        if top:
+            out.print(f"{title}:")
+            for sid, v in top:
+                out.print(f"  {int(v):>3}  {sid}")
     out.print(
         "\nSee the same runs, assets and lineage in the Dagster UI:\n"
         f"  DAGSTER_HOME={default_dagster_home()} MCE_HOME={home} .venv/bin/dagster dev -w workspace.yaml\n"

@@ -84,3 +84,32 @@ def test_kg_check_names_a_missing_required_property(tmp_path):
         assert "CyclesCount: ToolCall.toolName" in result.output
     finally:
         EmbeddedFalkorDB(home).stop()
+
+
+def test_demo_summarises_what_the_graph_holds(mce_home):
+    shown = mce(mce_home, "demo", "--sessions", "6", "--seed", "3").stdout
+    assert "1. generated 6 synthetic sessions" in shown
+    assert "ingested 6 sessions" in shown and "0 row(s) not placed" in shown
+    assert "evaluated them in 1 Dagster run(s)" in shown
+    # Every session has LLM calls, so the Session/LLMCallCount row counts all six.
+    line = next(l for l in shown.splitlines() if "Session" in l and "LLMCallCount" in l)
+    assert line.split("│")[3].strip() == "6"
+    assert "dagster dev -w workspace.yaml" in shown
+
+
+def test_summary_pools_ratios_and_ranks_sessions():
+    from mce_dagster.results import summarize, top_sessions
+
+    def result(session, value, num=None, den=None, metric="ToolErrorRate"):
+        return {"scope": "Session", "metric": metric, "session_id": session, "value": value,
+                "numerator": num, "denominator": den}
+
+    # One failure in one call, none in nine: the mean of rates is 0.5, the pooled rate 1/10.
+    rows = [result("a", 1.0, 1, 1), result("b", 0.0, 0, 9)]
+    [s] = summarize(rows)
+    assert (s.evaluated, s.mean, s.minimum, s.maximum) == (2, 0.5, 0.0, 1.0)
+    assert s.pooled == 0.1
+    [plain] = summarize([result("a", 3.0, metric="CyclesCount")])
+    assert plain.pooled is None
+    errors = [result(s, v, metric="SumToolError") for s, v in [("a", 2.0), ("b", 0.0), ("c", 5.0), ("d", 2.0)]]
+    assert top_sessions(errors, "SumToolError") == [("c", 5.0), ("a", 2.0), ("d", 2.0)]
