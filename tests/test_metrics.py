@@ -81,6 +81,20 @@ def test_token_count(results):
     assert value(results, Scope.AGENT_CALL, "TokenCount", "b1").value == 20
 
 
+def test_a_failed_call_without_usage_is_not_applicable_not_a_failure():
+    b = SessionBuilder("s2")
+    wf = b.add(Label.MAS_CALL, "wf", 0.0, 3.0, id="wf")
+    b.add(Label.LLM_CALL, "ok", 0.1, 1.0, wf, id="ok", modelName="gpt-4o", promptTokenCount=100, completionTokenCount=10)
+    b.add(Label.LLM_CALL, "429", 1.1, 1.2, wf, id="rate-limited", modelName="gpt-4o", success=False)
+    batches = evaluate_all(load_catalog().ordered(), {"s2": b.build()}, PRICES)
+    for name in ("TokenCount", "Cost"):
+        batch = batches[DependencyKey(Scope.LLM_CALL, name)]
+        assert "rate-limited" not in batch.values["s2"] and not batch.failures
+        assert batch.not_applicable == 1
+    session = batches[DependencyKey(Scope.SESSION, "TokenCount")].values["s2"]["s2"]
+    assert session.value == 110 and session.metadata["llm_calls_without_usage"] == 1
+
+
 def test_cost(results):
     # l1: (1000-400) x 2.5e-6 + 400 x 1.25e-6 (cache) + 200 x 1e-5 = 0.0015 + 0.0005 + 0.002
     assert value(results, Scope.LLM_CALL, "Cost", "l1").value == pytest.approx(0.004)

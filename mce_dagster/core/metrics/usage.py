@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..context import Node
-from ..metric import EvaluationInput, MetricFailure, MetricValue, Outcome, native_metric
+from ..metric import EvaluationInput, MetricFailure, MetricValue, NotApplicable, Outcome, native_metric
 from ..ontology import Label
 
 
@@ -49,9 +49,21 @@ def _unpriced_note(missing: int, calls: int, what: str) -> str | None:
     return f"{missing} of {calls} LLM calls beneath record no {what} and are not counted"
 
 
+def _failed_without_usage(call: Node) -> NotApplicable | None:
+    """A failed request (rate limit, server error) that records no usage produced
+    nothing to count or bill; a successful call with no usage is a failure instead."""
+    if call.success is False and all(
+        call.get(key) is None for key in ("promptTokenCount", "completionTokenCount", "totalTokenCount")
+    ):
+        return NotApplicable(f"LLM call {call.id} failed and records no token usage")
+    return None
+
+
 @native_metric("TokenCount")
 def token_count(entity: Node, inp: EvaluationInput) -> Outcome:
     if entity.label is Label.LLM_CALL:
+        if skipped := _failed_without_usage(entity):
+            return skipped
         total, prompt, completion, cache_read = llm_call_tokens(entity)
         return MetricValue(
             value=float(total),
@@ -83,6 +95,8 @@ def token_count(entity: Node, inp: EvaluationInput) -> Outcome:
 @native_metric("Cost")
 def cost(entity: Node, inp: EvaluationInput) -> Outcome:
     if entity.label is Label.LLM_CALL:
+        if skipped := _failed_without_usage(entity):
+            return skipped
         value, priced_as = llm_call_cost(entity, inp)
         metadata = {"model": entity.get("modelName")}
         reasoning = None
