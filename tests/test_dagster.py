@@ -4,6 +4,7 @@ the same values the plain functions compute."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -104,6 +105,8 @@ def test_a_failure_is_metadata_never_a_zero(defs, kg, sessions):
     ]
     assert materializations and materializations[0].metadata["failed"].value == 1
     assert "records no token usage" in materializations[0].metadata["failures"].value
+    errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.ERROR]
+    assert any("LLMCall/TokenCount failed on 1 of" in m for m in errors), errors
     stored = [r for r in kg.read_results(["no-usage"]) if r["name"] == "TokenCount" and r["scope"] == "LLMCall"]
     assert stored == []
 

@@ -112,7 +112,8 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         batch = evaluate_metric(metric, session_context, deps, prices())
         if batch.failures:
             first = batch.failures[0]
-            context.log.warning(
+            # A failed metric is an error, never a stored value: the others still land.
+            context.log.error(
                 f"{metric.key} failed on {len(batch.failures)} of {len(batch.failures) + batch.evaluated + batch.not_applicable} "
                 f"entities, nothing written for them; first: {first.entity_id} (session {first.session_id}): {first.reason}"
             )
