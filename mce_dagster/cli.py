@@ -165,9 +165,23 @@ def compute(
         raise typer.Exit(2) from None
     elapsed = time.perf_counter() - started
     out.print(f"evaluated {outcome.sessions} session(s) in {len(outcome.runs)} Dagster run(s), {elapsed:.1f} s")
+    _report_failed_entities(outcome.failed_entities)
     if not outcome.success:
         err.print(f"[red]failed runs:[/red] {', '.join(outcome.failed_runs)} (see `dagster dev` for the logs)")
         raise typer.Exit(1)
+    if outcome.failed_entities:
+        raise typer.Exit(1)
+
+
+def _report_failed_entities(failed: dict[str, int]) -> None:
+    if not failed:
+        return
+    listed = ", ".join(f"{name} on {n}" for name, n in sorted(failed.items()))
+    err.print(
+        f"[red]metrics failed:[/red] {listed} entit{'y' if sum(failed.values()) == 1 else 'ies'}; "
+        "nothing is stored for those, the other results are (the run's logs and the asset's "
+        "`failures` metadata in `dagster dev` say why)"
+    )
 
 
 @kg_metric_app.command("get")
@@ -297,6 +311,7 @@ def demo(
     outcome = compute_sessions(report.sessions)
     elapsed = time.perf_counter() - started
     out.print(f"3. evaluated them in {len(outcome.runs)} Dagster run(s) in {elapsed:.1f} s")
+    _report_failed_entities(outcome.failed_entities)
     if not outcome.success:
         err.print(f"[red]failed runs: {', '.join(outcome.failed_runs)}[/red]")
         raise typer.Exit(1)

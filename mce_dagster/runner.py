@@ -49,6 +49,8 @@ class ComputeOutcome:
     runs: list[str] = field(default_factory=list)
     failed_runs: list[str] = field(default_factory=list)
     sessions: int = 0
+    # Metric asset -> entities it failed on (nothing is stored for those).
+    failed_entities: dict[str, int] = field(default_factory=dict)
 
     @property
     def success(self) -> bool:
@@ -66,6 +68,20 @@ def contiguous_ranges(wanted: Sequence[str], ordered_keys: Sequence[str], batch_
         else:
             ranges.append([key])
     return ranges
+
+
+def _count_failures(result: dg.ExecuteInProcessResult, into: dict[str, int]) -> None:
+    # A batch's materializations share the asset's output metadata: count it once.
+    seen: set[dg.AssetKey] = set()
+    for event in result.get_asset_materialization_events():
+        key = event.asset_key
+        if key in seen:
+            continue
+        seen.add(key)
+        failed = event.event_specific_data.materialization.metadata.get("failed")
+        if failed is not None and failed.value:
+            name = key.to_user_string()
+            into[name] = into.get(name, 0) + int(failed.value)
 
 
 def compute_sessions(
@@ -134,6 +150,7 @@ def compute_sessions(
                 run_config=run_config,
             )
         outcome.runs.append(result.run_id)
+        _count_failures(result, outcome.failed_entities)
         if not result.success:
             outcome.failed_runs.append(result.run_id)
     return outcome

@@ -68,6 +68,21 @@ def test_ingest_compute_and_read_back(mce_home, real_traces, tmp_path):
     assert "OK" in mce(mce_home, "kg", "check").stdout
 
 
+def test_compute_says_which_metrics_failed_and_exits_1(mce_home, tmp_path):
+    export = tmp_path / "nousage.json"
+    export.write_text(json.dumps([
+        row("nu-wf", "a.workflow", session="cli-no-usage", duration_ns=2_000_000_000),
+        row("nu-llm", "x.chat", parent="nu-wf", session="cli-no-usage", **{"gen_ai.request.model": "gpt-4o"}),
+    ]))
+    mce(mce_home, "ingest", str(export))
+    computed = mce(mce_home, "compute", "cli-no-usage", check=False)
+    assert computed.returncode == 1, computed.stderr[-2000:]
+    assert "metrics failed:" in computed.stderr and "LLMCall/TokenCount on 1" in computed.stderr
+    rows = json.loads(mce(mce_home, "kg", "metric", "get", "cli-no-usage", "--recursive", "--json").stdout)
+    stored = {(r["scope"], r["metric"]) for r in rows}
+    assert ("LLMCall", "TokenCount") not in stored and ("Session", "Duration") in stored
+
+
 def test_kg_check_names_a_missing_required_property(tmp_path):
     from typer.testing import CliRunner
 
