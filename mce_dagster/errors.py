@@ -1,0 +1,40 @@
+"""The project's errors: one base, so interfaces can tell a user's mistake from a bug.
+
+The CLI turns an `MCEError` (and only that) into a one-line message and exit code
+2; anything else is a bug and keeps its traceback. Imports nothing of the project,
+so every layer, the pure core included, may raise these.
+"""
+
+from __future__ import annotations
+
+
+class MCEError(Exception):
+    """Something the user can fix: bad input, bad configuration, a missing service."""
+
+
+class ConfigurationError(MCEError):
+    """Settings, `mce_config.yaml` or the metric catalog are wrong."""
+
+
+class InputError(MCEError):
+    """Data handed to the engine cannot be used as it is (a trace, a session id)."""
+
+
+class ServiceError(MCEError):
+    """A service the engine needs (the graph server, Dagster's storage) is unavailable."""
+
+
+class UnknownSessionError(InputError):
+    """Sessions asked for that the knowledge graph does not hold."""
+
+    def __init__(self, session_ids: list[str]):
+        self.session_ids = list(session_ids)
+        shown = ", ".join(self.session_ids[:10]) + (" ..." if len(self.session_ids) > 10 else "")
+        super().__init__(f"{len(self.session_ids)} session(s) are not in the knowledge graph: {shown}")
+
+
+class UnknownMetricError(ConfigurationError, KeyError):
+    """A metric name (or scope) that the catalog does not define."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
