@@ -38,7 +38,7 @@ def main() -> None:
     from mce_dagster.definitions import defs, runtime
     from mce_dagster.core.evaluate import evaluate_all
     from mce_dagster.defs.jobs import EVALUATE_JOB
-    from mce_dagster.defs.resources import knowledge_graph_from_env
+    from mce_dagster.graph import open_graph
     from mce_dagster.graph.embedded import EmbeddedFalkorDB
     from mce_dagster.ingest import IngestReport, build_graphs, collect_spans, ingest_paths
     from mce_dagster.prices import load_price_table
@@ -61,7 +61,7 @@ def main() -> None:
         "generate_s": generate_s,
     }
     try:
-        kg = knowledge_graph_from_env().open()
+        kg = open_graph()
         t = time.perf_counter()
         report = ingest_paths([export], kg)
         out["ingest_s"] = time.perf_counter() - t

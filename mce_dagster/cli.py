@@ -38,9 +38,9 @@ def _catalog():
 
 
 def _graph():
-    from .defs.resources import knowledge_graph_from_env
+    from .graph import open_graph
 
-    return knowledge_graph_from_env().open()
+    return open_graph()
 
 
 def _fmt(value: float | None) -> str:
@@ -210,22 +210,19 @@ def kg_metric_get(
 @kg_app.command("status")
 def kg_status() -> None:
     """Where the graph is and what it holds."""
-    from .defs.resources import default_mce_home
-    from .graph.embedded import EmbeddedFalkorDB
+    from .service import graph_status
 
-    server = EmbeddedFalkorDB(Path(default_mce_home()))
-    kg = _graph()
-    out.print(f"embedded FalkorDB at {server.socket_path} (pid {server.pid()})")
-    out.print(f"sessions: {kg.count_sessions()}   metric results: {kg.count_results()}")
+    status = graph_status()
+    out.print(status.where)
+    out.print(f"sessions: {status.sessions}   metric results: {status.results}")
 
 
 @kg_app.command("stop")
 def kg_stop() -> None:
     """Stop the embedded graph server (its data stays under MCE_HOME)."""
-    from .defs.resources import default_mce_home
-    from .graph.embedded import EmbeddedFalkorDB
+    from .service import stop_graph
 
-    stopped = EmbeddedFalkorDB(Path(default_mce_home())).stop()
+    stopped = stop_graph()
     out.print("stopped" if stopped else "not running")
 
 
@@ -286,13 +283,14 @@ def demo(
 ) -> None:
     """Generate and ingest synthetic sessions, evaluate every enabled metric through
     Dagster, and summarise the results."""
-    from .defs.resources import default_mce_home
     from .ingest import ingest_paths
     from .results import summarize, to_public, top_sessions
     from .runner import compute_sessions, default_dagster_home
     from .synthetic import write_export
 
-    home = Path(default_mce_home())
+    from .settings import Settings
+
+    home = Settings.from_env().mce_home
     export = home / "demo" / f"synthetic-{sessions}-seed{seed}.json"
     export.parent.mkdir(parents=True, exist_ok=True)
     summary = write_export(export, sessions, seed)

@@ -10,22 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .core.ontology import Scope
-from .graph.store import KnowledgeGraph
-from .results import to_public
+from . import service
+from .graph import KnowledgeGraph, open_graph
 
 
 class MCEClient:
     def __init__(self, knowledge_graph: KnowledgeGraph | None = None):
-        self._owned = knowledge_graph is None
-        if knowledge_graph is None:
-            from pathlib import Path
-
-            from .defs.resources import default_mce_home
-            from .graph.store import embedded_backend
-
-            knowledge_graph = KnowledgeGraph(embedded_backend(Path(default_mce_home())))
-        self.kg = knowledge_graph
+        self.kg = knowledge_graph or open_graph()
 
     def __enter__(self) -> "MCEClient":
         return self
@@ -34,9 +25,8 @@ class MCEClient:
         self.close()
 
     def close(self) -> None:
-        """Close the connection this client opened (not one it was given)."""
-        if self._owned:
-            self.kg.close()
+        """Nothing to release: the graph opened without an argument is the process's
+        shared connection (`graph.open_graph`), and one that was given stays its owner's."""
 
     def get_metrics(
         self, session_id: str, metric_ids: Sequence[str] | None = None, recursive: bool = False
@@ -44,17 +34,9 @@ class MCEClient:
         """Results stored for the session: Session-scope ones, or with `recursive`
         those of every call in it too. `metric_ids` filters by name (`Duration`)
         or `provider.name`."""
-        rows = [to_public(p) for p in self.kg.read_results([session_id])]
-        if not recursive:
-            rows = [r for r in rows if r["scope"] == Scope.SESSION.value]
-        if metric_ids:
-            wanted = set(metric_ids)
-            rows = [r for r in rows if r["metric"] in wanted or f"{r['provider']}.{r['metric']}" in wanted]
-        return rows
+        return service.results(session_id, metric_ids, recursive, kg=self.kg)
 
     def compute_and_store(self, session_id: str, metrics: Sequence[str] | None = None) -> bool:
         """Evaluate the enabled metrics on one session through the Dagster
         definitions and write the results; True when the run succeeded."""
-        from .runner import compute_sessions
-
-        return compute_sessions([session_id], metrics).success
+        return service.compute([session_id], metrics).success

@@ -11,7 +11,7 @@ from .config import MCEConfig, load_config
 from .defs.assets import METRIC_IO_MANAGER, SESSION_CONTEXT_IO_MANAGER, build_metric_asset, session_context
 from .defs.io_managers import MetricResultIOManager, SessionContextIOManager
 from .defs.jobs import evaluate_job
-from .defs.resources import knowledge_graph_from_env
+from .defs.resources import knowledge_graph_resource
 from .prices import load_price_table
 
 
@@ -23,7 +23,7 @@ def runtime() -> tuple[Catalog, MCEConfig]:
 
 
 def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
-    knowledge_graph = knowledge_graph_from_env()
+    knowledge_graph = knowledge_graph_resource()
     metric_assets = [build_metric_asset(m, load_price_table) for m in catalog.ordered()]
     return dg.Definitions(
         assets=[session_context, *metric_assets],

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 from .core.pricing import PriceTable
+from .settings import Settings
 
 _BUNDLED_NAME = "model_prices_and_context_window_backup.json"
 
@@ -26,8 +26,7 @@ def bundled_table_path() -> Path:
 
 
 def table_path() -> Path:
-    override = os.environ.get("MODEL_PRICES_PATH")
-    return Path(override) if override else bundled_table_path()
+    return Settings.from_env().prices_path or bundled_table_path()
 
 
 @functools.lru_cache(maxsize=4)

@@ -148,6 +148,7 @@ def test_definitions_validate_from_the_dagster_cli(mce_home, tmp_path):
 
 def test_the_python_client(kg, sessions, monkeypatch, tmp_path):
     from mce_dagster.client import MCEClient
+    from mce_dagster.errors import UnknownSessionError
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     sid = "no-usage"
@@ -156,7 +157,7 @@ def test_the_python_client(kg, sessions, monkeypatch, tmp_path):
         rows = client.get_metrics(sid, metric_ids=["Duration", "LLMCallCount"])
         assert {r["metric"]: r["value"] for r in rows} == {"Duration": 3000.0, "LLMCallCount": 1.0}
         assert {r["scope"] for r in client.get_metrics(sid, recursive=True)} >= {"Session", "MASCall"}
-        with pytest.raises(ValueError, match="not in the knowledge graph: nowhere"):
+        with pytest.raises(UnknownSessionError, match="not in the knowledge graph: nowhere"):
             client.compute_and_store("nowhere")
 
 

@@ -1,46 +1,48 @@
-"""Resources configured from the environment."""
+"""Resources configured from the environment: one resource class per graph backend."""
 
-
-import os
-import threading
+import dataclasses
 from pathlib import Path
 
 import dagster as dg
 
-from ..graph.store import KnowledgeGraph, embedded_backend
-
-_OPEN: dict[tuple[str, str, str], KnowledgeGraph] = {}
-_LOCK = threading.Lock()
-
-
-def default_mce_home() -> str:
-    return str(Path(os.environ.get("MCE_HOME", ".mce")).resolve())
+from ..graph import KnowledgeGraph, open_graph
+from ..settings import Settings
 
 
 class KnowledgeGraphResource(dg.ConfigurableResource):
     """The knowledge graph the engine reads sessions from and writes results to.
-
-    `embedded` (the default) is a FalkorDB server shared by every process of the
-    deployment, its data under `mce_home` (default: $MCE_HOME, else ./.mce)."""
-
-    backend: str = "embedded"
-    mce_home: str = ""
-    graph_name: str = "mce"
+    Subclasses choose the backend; assets and IO managers see only this."""
 
     def open(self) -> KnowledgeGraph:
-        home = self.mce_home or default_mce_home()
-        key = (self.backend, home, self.graph_name)
-        with _LOCK:
-            if key not in _OPEN:
-                if self.backend != "embedded":
-                    raise ValueError(f"unknown knowledge graph backend {self.backend!r} (known: embedded)")
-                _OPEN[key] = KnowledgeGraph(embedded_backend(Path(home), self.graph_name))
-            return _OPEN[key]
+        raise NotImplementedError
 
 
-def knowledge_graph_from_env() -> KnowledgeGraphResource:
-    # MCE_HOME is read when the graph is opened, in the process that opens it.
-    return KnowledgeGraphResource(
-        backend=os.environ.get("MCE_GRAPH_BACKEND", "embedded"),
-        graph_name=os.environ.get("MCE_GRAPH_NAME", "mce"),
-    )
+class EmbeddedKnowledgeGraph(KnowledgeGraphResource):
+    """The embedded FalkorDB, one server shared by every process of the deployment.
+    Empty fields mean "from the settings where the graph is opened" ($MCE_HOME,
+    $MCE_GRAPH_NAME), so a run worker started elsewhere still finds the same store."""
+
+    mce_home: str = ""
+    graph_name: str = ""
+
+    def open(self) -> KnowledgeGraph:
+        settings = Settings.from_env()
+        return open_graph(
+            dataclasses.replace(
+                settings,
+                mce_home=Path(self.mce_home).resolve() if self.mce_home else settings.mce_home,
+                graph_name=self.graph_name or settings.graph_name,
+            )
+        )
+
+
+def knowledge_graph_resource() -> KnowledgeGraphResource:
+    """The resource for the backend the environment selects. Variables that are set
+    are passed as `dg.EnvVar`, so the UI shows where a value comes from, not the value."""
+    explicit = Settings.from_env().explicit
+    fields = {
+        field: dg.EnvVar(variable)
+        for field, variable in (("mce_home", "MCE_HOME"), ("graph_name", "MCE_GRAPH_NAME"))
+        if variable in explicit
+    }
+    return EmbeddedKnowledgeGraph(**fields)

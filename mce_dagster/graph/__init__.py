@@ -1,0 +1,55 @@
+"""The knowledge graph: `KnowledgeGraph` over one backend, opened from the settings.
+
+Interfaces (the CLI, the Python API) and the Dagster resources open the graph here
+and never build a backend themselves, so every caller of one process shares one
+connection and every process of a deployment reaches the same store.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..settings import Settings
+from .store import GraphBackend, KnowledgeGraph
+
+_OPEN: dict[tuple[str, ...], KnowledgeGraph] = {}
+_LOCK = threading.Lock()
+
+
+def _key(settings: Settings) -> tuple[str, ...]:
+    return ("embedded", str(settings.mce_home), settings.graph_name)
+
+
+def open_graph(settings: Settings | None = None) -> KnowledgeGraph:
+    """The graph the settings point at, shared by every caller in this process."""
+    settings = settings or Settings.from_env()
+    key = _key(settings)
+    with _LOCK:
+        if key not in _OPEN:
+            from .store import embedded_backend
+
+            _OPEN[key] = KnowledgeGraph(embedded_backend(settings.mce_home, settings.graph_name))
+        return _OPEN[key]
+
+
+def describe(settings: Settings | None = None) -> str:
+    """Where the graph is, for a person: backend and address."""
+    from .embedded import EmbeddedFalkorDB
+
+    settings = settings or Settings.from_env()
+    server = EmbeddedFalkorDB(settings.mce_home)
+    return f"embedded FalkorDB at {server.socket_path} (pid {server.pid()}), graph {settings.graph_name!r}"
+
+
+def stop_embedded_server(settings: Settings | None = None) -> bool:
+    """Stop the embedded server (its data stays under MCE_HOME); False when none ran."""
+    from .embedded import EmbeddedFalkorDB
+
+    settings = settings or Settings.from_env()
+    with _LOCK:
+        for key in [k for k in _OPEN if k[1] == str(settings.mce_home)]:
+            _OPEN.pop(key).close()
+    return EmbeddedFalkorDB(settings.mce_home).stop()
+
+
+__all__ = ["GraphBackend", "KnowledgeGraph", "describe", "open_graph", "stop_embedded_server"]

@@ -1,0 +1,143 @@
+"""What the interfaces do, once: the CLI, the Python API (and any server over them)
+call these functions and carry no logic of their own.
+
+Each function opens what it needs from the settings and returns plain data; errors a
+user can fix are `MCEError`s. Dagster is imported only by the functions that
+evaluate, so reading results or ingesting starts fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .core.ontology import Label, Scope
+from .errors import InputError, UnknownMetricError
+from .graph import KnowledgeGraph, describe, open_graph, stop_embedded_server
+from .results import to_public
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .ingest import IngestReport
+    from .runner import ComputeOutcome
+
+
+def catalog() -> "Catalog":
+    from .catalog import load_catalog
+
+    return load_catalog()
+
+
+# -- ingestion and evaluation -------------------------------------------------
+
+
+def ingest(paths: Sequence[Path | str], batch_size: int = 200, kg: KnowledgeGraph | None = None) -> "IngestReport":
+    from .ingest import ingest_paths
+
+    return ingest_paths([Path(p) for p in paths], kg or open_graph(), batch_size=batch_size)
+
+
+def parse_metric_list(text: str | None) -> list[str] | None:
+    """`--metrics Duration,Session/Cost` -> names; None (every enabled metric) when
+    absent. A list that names nothing (`","`) is refused, not read as "all"."""
+    if text is None:
+        return None
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise UnknownMetricError(f"--metrics {text!r} names no metric (leave it out to run every enabled metric)")
+    return names
+
+
+def sessions_to_evaluate(session_ids: Sequence[str], all_sessions: bool, kg: KnowledgeGraph | None = None) -> list[str]:
+    if all_sessions == bool(session_ids):
+        raise InputError("give session ids or --all (not both)")
+    ids = (kg or open_graph()).session_ids() if all_sessions else list(dict.fromkeys(session_ids))
+    if not ids:
+        raise InputError("no session to evaluate: the knowledge graph holds none (ingest traces first)")
+    return ids
+
+
+def compute(session_ids: Sequence[str], metrics: Sequence[str] | None = None) -> "ComputeOutcome":
+    """Evaluate the enabled metrics (or `metrics` and what they depend on) through
+    the Dagster definitions; results land in the graph."""
+    from .runner import compute_sessions
+
+    return compute_sessions(session_ids, metrics)
+
+
+# -- reading results ------------------------------------------------------------
+
+
+def results(
+    session_id: str,
+    metric_ids: Sequence[str] | None = None,
+    recursive: bool = False,
+    kg: KnowledgeGraph | None = None,
+) -> list[dict[str, Any]]:
+    """Results stored for the session: Session-scope ones, or with `recursive`
+    those of every call in it too. `metric_ids` filters by name (`Duration`)
+    or `provider.name`."""
+    rows = [to_public(p) for p in (kg or open_graph()).read_results([session_id])]
+    if not recursive:
+        rows = [r for r in rows if r["scope"] == Scope.SESSION.value]
+    if metric_ids:
+        wanted = set(metric_ids)
+        rows = [r for r in rows if r["metric"] in wanted or f"{r['provider']}.{r['metric']}" in wanted]
+    return rows
+
+
+# -- the graph -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphStatus:
+    where: str
+    sessions: int
+    results: int
+
+
+def graph_status() -> GraphStatus:
+    kg = open_graph()
+    return GraphStatus(describe(), kg.count_sessions(), kg.count_results())
+
+
+def stop_graph() -> bool:
+    return stop_embedded_server()
+
+
+@dataclass
+class GraphCheck:
+    """Every graph property the catalog's metrics read, resolved against the graph."""
+
+    metrics: int = 0
+    checked: int = 0
+    missing: list[str] = field(default_factory=list)  # required and absent: metrics cannot run
+    unset: list[str] = field(default_factory=list)  # optional, set on no node sampled
+    empty_labels: list[str] = field(default_factory=list)  # no nodes yet to check
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+
+def check_graph(kg: KnowledgeGraph | None = None) -> GraphCheck:
+    from .core.models import NODE_MODELS
+
+    kg = kg or open_graph()
+    definitions = sorted(catalog().definitions.values(), key=lambda d: d.name)
+    report = GraphCheck(metrics=len(definitions))
+    seen: dict[Label, set[str]] = {}
+    for d in definitions:
+        for label, props in d.requires.items():
+            keys = seen.setdefault(label, kg.property_keys(label))
+            fields = NODE_MODELS[label].model_fields
+            for prop in props:
+                report.checked += 1
+                if not keys or prop in keys:
+                    continue
+                # An optional property may be absent everywhere (no call failed, say).
+                (report.missing if fields[prop].is_required() else report.unset).append(f"{d.name}: {label.value}.{prop}")
+    report.empty_labels = sorted(label.value for label, keys in seen.items() if not keys)
+    return report
