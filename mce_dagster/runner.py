@@ -13,14 +13,16 @@ from pathlib import Path
 
 import dagster as dg
 
-from .defs.resources import default_mce_home
+from .errors import UnknownMetricError, UnknownSessionError
+from .graph import open_graph
+from .settings import Settings
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 
 
 def default_dagster_home() -> Path:
-    return Path(os.environ.get("DAGSTER_HOME") or Path(default_mce_home()) / "dagster").resolve()
+    return Settings.from_env().dagster_home
 
 
 LOCAL_INSTANCE_YAML = """\
@@ -103,13 +105,10 @@ def compute_sessions(
     outcome = ComputeOutcome(sessions=len(ids))
     if not ids:
         return outcome
-    known = defs.resources["knowledge_graph"].open().existing_sessions(ids)
+    known = open_graph().existing_sessions(ids)
     absent = [k for k in ids if k not in known]
     if absent:
-        raise ValueError(
-            f"{len(absent)} session(s) are not in the knowledge graph: {', '.join(absent[:10])}"
-            + (" ..." if len(absent) > 10 else "")
-        )
+        raise UnknownSessionError(absent)
     instance = instance or dagster_instance()
     existing = set(instance.get_dynamic_partitions("sessions"))
     new = [k for k in ids if k not in existing]
@@ -125,7 +124,7 @@ def compute_sessions(
             definition = catalog.find(metric_name)
             scopes = [s for s in definition.scopes if not scope or s.value == scope]
             if not scopes:
-                raise ValueError(f"{metric_name} is not defined at scope {scope}")
+                raise UnknownMetricError(f"{metric_name} is not defined at scope {scope}")
             keys.extend(m.key for m in catalog.metrics.values() if m.definition is definition and m.scope in scopes)
         from .defs.assets import SESSION_CONTEXT_KEY, asset_key
 
