@@ -1,7 +1,9 @@
 """`mce_config.yaml`: which metrics run at which scope, and engine settings.
 
-Validated against a JSON schema when loaded, then against the catalog: an
-unknown key, scope or metric name is an error that names it.
+Validated in two steps, both by this module: the file's shape by the pydantic
+model `ConfigFile` (`ConfigFile.model_json_schema()` gives it as a JSON schema),
+then each metric name against the catalog. An unknown key, scope or metric name
+is a `ConfigError` that names it and the file.
 """
 
 from __future__ import annotations
@@ -9,50 +11,46 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import jsonschema
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .catalog import Catalog, CatalogMetric, parse_dependency
+from .bundled import shipped_path
+from .catalog import Catalog, CatalogMetric, validation_message
 from .core.ontology import Scope
+from .errors import ConfigurationError, UnknownMetricError
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "mce_config.yaml"
-
-CONFIG_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["metrics"],
-    "properties": {
-        "metrics": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                scope.value: {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True}
-                for scope in Scope
-            },
-        },
-        "engine": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "batch_size": {"type": "integer", "minimum": 1, "maximum": 100000},
-                "ingest_batch_size": {"type": "integer", "minimum": 1, "maximum": 100000},
-            },
-        },
-    },
-}
+DEFAULT_CONFIG_PATH = shipped_path("mce_config.yaml")
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(ConfigurationError):
+    """`mce_config.yaml` cannot be read, or names what does not exist."""
 
 
-@dataclass(frozen=True)
-class EngineSettings:
-    batch_size: int = 500
-    ingest_batch_size: int = 200
+class EngineSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Sessions evaluated per run (sensor ticks and `mce compute --all`).
+    batch_size: int = Field(500, ge=1, le=100_000)
+    ingest_batch_size: int = Field(200, ge=1, le=100_000)
+
+
+class ConfigFile(BaseModel):
+    """The file as written, before its metric names are looked up."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metrics: dict[Scope, tuple[str, ...]]
+    engine: EngineSettings = EngineSettings()
+
+    @field_validator("metrics")
+    @classmethod
+    def _listed_once(cls, metrics: dict[Scope, tuple[str, ...]]) -> dict[Scope, tuple[str, ...]]:
+        for scope, names in metrics.items():
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{scope.value} lists {', '.join(twice)} twice")
+        return metrics
 
 
 @dataclass(frozen=True)
@@ -67,8 +65,7 @@ def config_path() -> Path:
     return Path(os.environ.get("MCE_CONFIG", DEFAULT_CONFIG_PATH))
 
 
-def load_config(catalog: Catalog, path: Path | None = None) -> MCEConfig:
-    path = Path(path or config_path())
+def read_config_file(path: Path) -> ConfigFile:
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -76,25 +73,20 @@ def load_config(catalog: Catalog, path: Path | None = None) -> MCEConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     try:
-        jsonschema.validate(raw, CONFIG_SCHEMA)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        message = exc.message
-        if exc.validator == "additionalProperties":
-            message = message.replace("Additional properties are not allowed", "unknown key")
-        raise ConfigError(f"{path}: {where}: {message}") from None
+        return ConfigFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(str(path), exc, sep="/", member="key")) from None
+
+
+def load_config(catalog: Catalog, path: Path | None = None) -> MCEConfig:
+    path = Path(path or config_path())
+    config = read_config_file(path)
     requested = []
-    for scope_name, names in raw["metrics"].items():
-        scope = Scope(scope_name)
+    for scope, names in config.metrics.items():
         for name in names:
-            key = parse_dependency(name.replace(".", "_", 1), scope)
-            if key not in catalog.metrics:
-                defined = [d for (p, n), d in catalog.definitions.items() if n == key.name and p == key.provider]
-                if defined:
-                    scopes = ", ".join(s.value for s in defined[0].scopes)
-                    raise ConfigError(f"{path}: metrics/{scope_name}: {name} is not defined at {scope_name} (only at {scopes})")
-                raise ConfigError(f"{path}: metrics/{scope_name}: unknown metric {name!r}")
-            requested.append(catalog.metrics[key])
+            try:
+                requested.extend(catalog.resolve(name, scope))
+            except UnknownMetricError as exc:
+                raise ConfigError(f"{path}: metrics/{scope.value}: {exc}") from None
     enabled = catalog.closure(m.key for m in requested)
-    engine = EngineSettings(**(raw.get("engine") or {}))
-    return MCEConfig(path=path, enabled=tuple(enabled), requested=tuple(requested), engine=engine)
+    return MCEConfig(path=path, enabled=tuple(enabled), requested=tuple(requested), engine=config.engine)
