@@ -172,17 +172,39 @@ def test_aggregates(results):
     "sequence, cycles",
     [
         ("ATAT", 1),
-        ("ABCABCABC", 1),
-        ("ATATATAT", 2),
+        ("ABCABCABC", 2),  # the block came back twice
+        ("ABABAB", 2),
+        ("ATATATAT", 3),
         ("XABABY", 1),
+        ("XABABABY", 2),
+        ("ABCABCAB", 1),  # the third ABC is cut short
         ("AAA", 0),  # blocks have length two or more
-        ("AAAA", 1),  # AA then AA
+        ("AAAA", 1),  # AA then AA; the two left are too few for another block
+        ("AAAAAA", 2),  # AA three times in a row
         ("ABCD", 0),
         ("", 0),
     ],
 )
 def test_cycles_count_examples(sequence, cycles):
     assert count_contiguous_cycles(list(sequence)) == cycles
+
+
+def test_cycles_count_on_a_session():
+    # Session: agents A,B,C three times over (the pipeline ran again twice), then D,
+    # whose tools go search,fetch,search,fetch: the names in start order are
+    # A,B,C,A,B,C,A,B,C,D,search,fetch,search,fetch: 2 cycles + 1 cycle.
+    b = SessionBuilder("s4")
+    for i, name in enumerate("ABCABCABC"):
+        b.add(Label.AGENT_CALL, name, float(i), i + 0.5)
+    d = b.add(Label.AGENT_CALL, "D", 10.0, 20.0, id="d")
+    for i, tool in enumerate(["search", "fetch", "search", "fetch"]):
+        b.add(Label.TOOL_CALL, tool, 11.0 + i, 11.5 + i, d)
+    catalog = load_catalog()
+    assert catalog.find("CyclesCount").version == 2  # results of the 2k rule (version 1) stay as history
+    batches = evaluate_all(catalog.resolve("CyclesCount"), {"s4": b.build()}, PRICES)
+    assert batches[DependencyKey(Scope.SESSION, "CyclesCount")].values["s4"]["s4"].value == 3
+    by_agent = batches[DependencyKey(Scope.AGENT_CALL, "CyclesCount")].values["s4"]
+    assert by_agent["d"].value == 1 and by_agent["d"].metadata == {"sequence_length": 4}
 
 
 def test_workflow_efficiency_example():

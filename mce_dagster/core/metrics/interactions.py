@@ -19,8 +19,9 @@ from ..ontology import Label, Scope
 
 def count_contiguous_cycles(sequence: list[str], min_block: int = 2) -> int:
     """Scan from i = 0: for k = min_block .. (n - i) / 2, if the block of length k at
-    i equals the block right after it, count one cycle and resume after both
-    blocks; if no k matches, move on by one. A,T,A,T -> 1; A,B,C,A,B,C,A,B,C -> 1."""
+    i equals the block right after it, count one cycle and move on by k, so the
+    repeat can match again; if no k matches, move on by one. Each return of a
+    block counts: A,T,A,T -> 1; A,B,C,A,B,C,A,B,C -> 2; A,B,A,B,A,B -> 2."""
     n = len(sequence)
     cycles = 0
     i = 0
@@ -28,7 +29,7 @@ def count_contiguous_cycles(sequence: list[str], min_block: int = 2) -> int:
         for k in range(min_block, (n - i) // 2 + 1):
             if sequence[i : i + k] == sequence[i + k : i + 2 * k]:
                 cycles += 1
-                i += 2 * k
+                i += k
                 break
         else:
             i += 1
