@@ -266,10 +266,11 @@ def kg_check() -> None:
 @app.command()
 def synth(
     path: Path,
-    sessions: Annotated[int, typer.Option(help="Number of sessions.")] = 100,
+    sessions: Annotated[int, typer.Option(min=0, help="Number of sessions.")] = 100,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
-    """Write synthetic multi-agent sessions as an OpenTelemetry span export."""
+    """Write synthetic multi-agent sessions as an OpenTelemetry span export
+    (seeded: the same seed writes the same file, byte for byte)."""
     from .synthetic import write_export
 
     summary = write_export(path, sessions, seed)
