@@ -126,6 +126,18 @@ class _Message:
     tool_call_id: str = ""
 
 
+@dataclass(frozen=True)
+class _LLMRequest:
+    """What an agent asks of its model, and what the model answers (text or tool calls)."""
+
+    agent: Agent
+    tools: list[Tool]
+    context: dict[str, str]
+    prompt: list[_Message]
+    text: str
+    calls: list[_ToolCall]
+
+
 class SessionRows:
     """Builds the rows of one session; times are integer microseconds since the epoch."""
 
@@ -193,32 +205,16 @@ class SessionRows:
         self.rows.append((start + duration, row))
         return start + duration
 
-    def emit_failed(
-        self,
-        span_id: str,
-        parent_id: str,
-        name: str,
-        start: int,
-        duration: int,
-        attrs: dict[str, str],
-        error_type: str,
-        error_message: str,
-        stack: str,
-        **kw: Any,
-    ) -> int:
-        """A span that raised: Error status and an OTel exception event."""
-        end = start + duration
+    def raised(self, start: int, end: int, error_type: str, error_message: str, stack: str) -> dict[str, Any]:
+        """What `emit` writes for a span that raised: Error status and an OTel
+        exception event."""
         event_at = max(start, end - self.rng.randint(10, 200))
         exception = {
             "exception.type": error_type,
             "exception.message": error_message,
             "exception.stacktrace": f"Traceback (most recent call last):\n{stack}{error_type}: {error_message}\n",
         }
-        return self.emit(
-            span_id, parent_id, name, start, duration, attrs,
-            status="Error", message=f"{error_type}: {error_message}",
-            events=[("exception", event_at, exception)], **kw,
-        )
+        return {"status": "Error", "message": f"{error_type}: {error_message}", "events": [("exception", event_at, exception)]}
 
     def ordered_rows(self) -> list[dict[str, Any]]:
         # Exporters write spans as they end: children before their parents.
@@ -289,7 +285,7 @@ class SessionRows:
             else:
                 text = _fill(rng.choice(agent.notes), topic=self.topic, next=sequence[step + 1])
             prompt = [_Message("user", self.request), *messages]
-            t = self.llm(agent, tools, context, span_id, t, prompt, text, calls) + _gap(rng)
+            t = self.llm(_LLMRequest(agent, tools, context, prompt, text, calls), span_id, t) + _gap(rng)
             messages = [_Message("assistant", text)]
             if calls:
                 messages = []
@@ -328,31 +324,22 @@ class SessionRows:
 
     # -- LLM calls
 
-    def llm(
-        self,
-        agent: Agent,
-        tools: list[Tool],
-        context: dict[str, str],
-        parent_id: str,
-        start: int,
-        prompt: list[_Message],
-        text: str,
-        calls: list[_ToolCall],
-    ) -> int:
+    def llm(self, request: _LLMRequest, parent_id: str, start: int) -> int:
         """An LLM call, retried after a failed attempt (as the provider clients do)."""
         rng = self.rng
+        agent = request.agent
         model = self.models[agent.name]
         t = start
         for attempt in range(3):
             failure = rng.choice(LLM_ERRORS[model.provider]) if attempt < 2 and rng.random() < LLM_FAILURE_RATE else None
             wrapper = self.wrappers[agent.name]
             if wrapper is None:
-                t = self.llm_attempt(agent, model, tools, context, parent_id, t, prompt, text, calls, failure)
+                t = self.llm_attempt(request, model, parent_id, t, failure)
             else:
                 task_id = self.new_span_id()
-                inner_end = self.llm_attempt(agent, model, tools, context, task_id, t + rng.randint(30, 400), prompt, text, calls, failure)
+                inner_end = self.llm_attempt(request, model, task_id, t + rng.randint(30, 400), failure)
                 end = inner_end + rng.randint(20, 300)
-                task_attrs = {**context, "traceloop.span.kind": "task", "traceloop.entity.name": wrapper, "traceloop.workflow.name": "LangGraph"}
+                task_attrs = {**request.context, "traceloop.span.kind": "task", "traceloop.entity.name": wrapper, "traceloop.workflow.name": "LangGraph"}
                 t = self.emit(task_id, parent_id, f"{wrapper}.task", t, end - t, task_attrs)
             if failure is None:
                 return t
@@ -361,26 +348,22 @@ class SessionRows:
 
     def llm_attempt(
         self,
-        agent: Agent,
+        request: _LLMRequest,
         model: Model,
-        tools: list[Tool],
-        context: dict[str, str],
         parent_id: str,
         start: int,
-        prompt: list[_Message],
-        text: str,
-        calls: list[_ToolCall],
         failure: tuple[str, str, tuple[int, int]] | None,
     ) -> int:
         rng = self.rng
+        tools, prompt, text, calls = request.tools, request.prompt, request.text, request.calls
         span_id = self.new_span_id()
         name = f"{model.client}.chat"
         attrs = {
-            **context,
+            **request.context,
             "llm.request.type": "chat",
             "gen_ai.system": model.system,
             "gen_ai.request.model": model.request,
-            "gen_ai.request.temperature": self.temperatures[agent.name],
+            "gen_ai.request.temperature": self.temperatures[request.agent.name],
             "ioa_observe.association.properties.ls_provider": model.provider,
             "ioa_observe.association.properties.ls_model_name": model.request,
             "ioa_observe.association.properties.ls_model_type": "chat",
@@ -402,9 +385,8 @@ class SessionRows:
             )
             message = _fill(error_message, model=model.request)
             duration = rng.randint(low, high)
-            return self.emit_failed(
-                span_id, parent_id, name, start, duration, attrs, error_type, message, stack, kind="Client"
-            )
+            failed = self.raised(start, start + duration, error_type, message, stack)
+            return self.emit(span_id, parent_id, name, start, duration, attrs, kind="Client", **failed)
 
         self.llm_calls += 1
         # Prompts grow along the session: the message history is sent every time.
@@ -483,7 +465,8 @@ class SessionRows:
             f'  File "/app/{self.app.name.replace("-", "_")}/tools.py", line {rng.randint(20, 240)}, in {tool.name}\n'
             f"    return _call_{tool.name}(**kwargs)\n"
         )
-        end = self.emit_failed(span_id, parent_id, f"{tool.name}.tool", start, duration, attrs, error.type, message, stack)
+        failed = self.raised(start, start + duration, error.type, message, stack)
+        end = self.emit(span_id, parent_id, f"{tool.name}.tool", start, duration, attrs, **failed)
         # LangGraph's ToolNode hands the error back to the model as the tool's answer.
         return end, _Message("tool", f"Error: {error.type}('{message}')\n Please fix your mistakes.", call.call_id)
 
@@ -499,10 +482,8 @@ class SessionRows:
         status = 200 if error is None else error.http_status
         if status is None:  # no answer: requests raised, and the span recorded it
             stack = '  File "/usr/local/lib/python3.12/site-packages/requests/adapters.py", line 713, in send\n    raise ReadTimeout(e, request=request)\n'
-            return self.emit_failed(
-                span_id, parent_id, "POST", start, duration, attrs, error.type, error.message, stack,
-                kind="Client", scope=HTTP_SCOPE,
-            )
+            failed = self.raised(start, start + duration, error.type, error.message, stack)
+            return self.emit(span_id, parent_id, "POST", start, duration, attrs, kind="Client", scope=HTTP_SCOPE, **failed)
         attrs["http.status_code"] = str(status)
         status_code = "Error" if status >= 400 else "Unset"
         return self.emit(
