@@ -8,7 +8,6 @@ is a `ConfigError` that names it and the file.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from .bundled import shipped_path
 from .catalog import Catalog, CatalogMetric, validation_message
 from .core.ontology import Scope
 from .errors import ConfigurationError, UnknownMetricError
+from .settings import Settings
 
 DEFAULT_CONFIG_PATH = shipped_path("mce_config.yaml")
 
@@ -62,7 +62,8 @@ class MCEConfig:
 
 
 def config_path() -> Path:
-    return Path(os.environ.get("MCE_CONFIG", DEFAULT_CONFIG_PATH))
+    """`MCE_CONFIG` if it is set, else the shipped `mce_config.yaml`."""
+    return Settings.from_env().config_path or DEFAULT_CONFIG_PATH
 
 
 def read_config_file(path: Path) -> ConfigFile:
