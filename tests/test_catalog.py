@@ -10,8 +10,10 @@ import pytest
 
 from mce_dagster.catalog import DEFAULT_DEFS_DIR, CatalogError, MetricRef, Plugin, UnknownMetricError, load_catalog
 from mce_dagster.config import ConfigError, ConfigFile, load_config
+from builders import SessionBuilder
+from mce_dagster.core.evaluate import evaluate_all
 from mce_dagster.core.metric import DependencyKey
-from mce_dagster.core.ontology import Scope
+from mce_dagster.core.ontology import Label, Scope
 from mce_dagster.errors import ConfigurationError, MCEError
 from plugin_package import install_on_path, write_package
 
@@ -144,6 +146,11 @@ def test_a_provider_is_what_an_entry_point_provides(site):
     assert catalog.resolve("AgentCall/deepeval_SpanCount") == catalog.resolve("deepeval.SpanCount", Scope.AGENT_CALL)
     with pytest.raises(UnknownMetricError, match="no metric named 'SpanCount'; defined as deepeval.SpanCount"):
         catalog.resolve("SpanCount")  # without a provider, a name is the native metric's
+    session = SessionBuilder("s1")
+    agent = session.add(Label.AGENT_CALL, "A", 0.0, 2.0, id="a1")
+    session.add(Label.TOOL_CALL, "search", 0.5, 1.0, agent)
+    batches = evaluate_all(catalog.resolve("deepeval.SpanCount"), {"s1": session.build()}, prices=None)
+    assert batches[DependencyKey(Scope.AGENT_CALL, "SpanCount", "deepeval")].values["s1"]["a1"].value == 1.0
 
 
 def test_an_underscore_in_a_provider_name(site):
