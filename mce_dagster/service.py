@@ -79,13 +79,18 @@ def results(
     """Results stored for the session: Session-scope ones, or with `recursive`
     those of every call in it too. `metric_ids` filters by name (`Duration`)
     or `provider.name`."""
-    rows = [to_public(p) for p in (kg or open_graph()).read_results([session_id])]
+    rows = session_results([session_id], kg)
     if not recursive:
         rows = [r for r in rows if r["scope"] == Scope.SESSION.value]
     if metric_ids:
         wanted = set(metric_ids)
         rows = [r for r in rows if r["metric"] in wanted or f"{r['provider']}.{r['metric']}" in wanted]
     return rows
+
+
+def session_results(session_ids: Sequence[str], kg: KnowledgeGraph | None = None) -> list[dict[str, Any]]:
+    """Every result stored for the sessions, at every scope."""
+    return [to_public(p) for p in (kg or open_graph()).read_results(list(session_ids))]
 
 
 # -- the graph -------------------------------------------------------------------
