@@ -346,8 +346,8 @@ def test_write_export_of_no_session(tmp_path):
     assert summary.spans == 0
 
 
-# What these seeds wrote before the generator was split into tables and builder:
-# any change to the data, or to the order of the draws, shows here.
+# What these seeds write, byte for byte: a change to the tables, or to the order
+# in which the builder draws, changes them (and every export made so far).
 KNOWN_EXPORTS = {
     (3, 8): "204c1bedb2d0817d3a0bf5bcf4da2701aa465765fee02fa8f7318acc3b41502c",
     (0, 50): "b77c97420de8fd31742400b5a014ed99fdc690aeb87e68616abfd86a04a8469d",
