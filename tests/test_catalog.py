@@ -206,6 +206,14 @@ def test_metric_names_are_parsed_in_one_place(text, ref):
     assert MetricRef.parse(str(ref)) == ref
 
 
+def test_a_reference_matches_stored_results():
+    bias = MetricRef.parse("deepeval.Bias")
+    assert bias.matches(DependencyKey(Scope.LLM_CALL, "Bias", "deepeval"))
+    assert not bias.matches(DependencyKey(Scope.LLM_CALL, "Bias"))  # the native Bias is another metric
+    assert MetricRef.parse("Cost").matches(DependencyKey(Scope.LLM_CALL, "Cost"))
+    assert not MetricRef.parse("Session/Cost").matches(DependencyKey(Scope.LLM_CALL, "Cost"))
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
