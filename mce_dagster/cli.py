@@ -119,24 +119,40 @@ def ingest(
     paths: Annotated[list[Path], typer.Argument(help="OpenTelemetry span export files (JSON).")],
     batch_size: Annotated[int, typer.Option(help="Sessions per write batch.")] = 200,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any row could not be placed.")] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(help="Rebuild sessions already in the graph from the rows of these files (their metric results are deleted)."),
+    ] = False,
 ) -> None:
-    """Read span exports into the knowledge graph."""
+    """Read span exports into the knowledge graph. Rows of a session already in the
+    graph are never merged into it: identical rows change nothing, other rows are
+    reported (use --replace to rebuild the session from these files)."""
+    from rich.markup import escape
+
     from .ingest import ingest_paths
 
     started = time.perf_counter()
-    report = ingest_paths(paths, _graph(), batch_size=batch_size)
+    report = ingest_paths(paths, _graph(), batch_size=batch_size, replace=replace)
     elapsed = time.perf_counter() - started
     for problem in report.problems[:100]:
-        err.print(f"[yellow]row not placed:[/yellow] {problem}")
-    if len(report.problems) > 100:
-        err.print(f"[yellow]... and {len(report.problems) - 100} more rows not placed[/yellow]")
+        err.print(f"[yellow]row not placed:[/yellow] {escape(str(problem))}", highlight=False)
+    if report.problem_count > 100:
+        err.print(f"[yellow]... and {report.problem_count - 100} more rows not placed[/yellow]")
+    for notice in report.notices[:20]:
+        err.print(f"[cyan]row placed with a caveat:[/cyan] {escape(str(notice))}", highlight=False)
+    if report.notice_count > 20:
+        err.print(f"[cyan]... and {report.notice_count - 20} more rows placed with a caveat[/cyan]")
     for error in report.file_errors:
-        err.print(f"[red]file error:[/red] {error}")
+        err.print(f"[red]file error:[/red] {escape(error)}", highlight=False)
+    unchanged = f"; {len(report.unchanged)} already stored unchanged" if report.unchanged else ""
     out.print(
         f"ingested {len(report.sessions)} sessions ({report.spans} spans) from {report.files} file(s) "
-        f"in {elapsed:.2f} s; {len(report.problems)} row(s) not placed"
+        f"in {elapsed:.2f} s{unchanged}; {report.problem_count} row(s) not placed"
     )
-    if report.file_errors or (strict and report.problems):
+    if report.ingested == 0:
+        err.print(f"[red]nothing ingested:[/red] {escape(report.nothing_ingested_reason())}", highlight=False)
+        raise typer.Exit(1)
+    if report.file_errors or (strict and report.problem_count):
         raise typer.Exit(1)
 
 

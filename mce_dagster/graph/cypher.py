@@ -6,6 +6,8 @@ every value is a parameter.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..core.ontology import (
     CALL_LABELS,
     CHILD_REL,
@@ -34,50 +36,112 @@ def index_statements() -> list[str]:
     return statements
 
 
-def merge_nodes(label: Label) -> str:
-    if label is Label.SESSION:
-        # ingestedAt is set once, so that ingesting the same file twice leaves the same graph.
-        return (
-            f"UNWIND $rows AS r MERGE (n:{label} {{id: r.id}}) "
-            "ON CREATE SET n.ingestedAt = $now SET n += r"
-        )
-    return f"UNWIND $rows AS r MERGE (n:{label} {{id: r.id}}) SET n += r"
+# -- ingestion ----------------------------------------------------------------------
 
+# Bookkeeping on ingested nodes: the digest of the row a span came from (and of
+# all of a session's rows, on its Session), so a later ingest tells same from new.
+INGEST_DIGEST = "ingestDigest"
+_SESSION_OWNED = (*CALL_LABELS, Label.SPAN)
+_STATE_RELS = f"{Rel.HAS_INITIAL_STATE}|{Rel.HAS_FINAL_STATE}"
+_EXECUTES = {Label.AGENT: Rel.EXECUTES_AGENT, Label.TOOL: Rel.EXECUTES_TOOL, Label.LLM: Rel.EXECUTES_LLM}
 
-def merge_links(source: Label, rel: Rel, target: Label) -> str:
-    return (
-        f"UNWIND $rows AS r MATCH (a:{source} {{id: r.s}}) MATCH (b:{target} {{id: r.t}}) "
-        f"MERGE (a)-[:{rel}]->(b)"
-    )
-
-
-MERGE_AGENTS = f"UNWIND $rows AS r MERGE (:{Label.AGENT} {{name: r.name}})"
+MERGE_AGENTS = f"UNWIND $agents AS r MERGE (:{Label.AGENT} {{name: r.name}})"
 MERGE_TOOLS = (
-    f"UNWIND $rows AS r MERGE (t:{Label.TOOL} {{name: r.name}}) "
+    f"UNWIND $tools AS r MERGE (t:{Label.TOOL} {{name: r.name}}) "
     "SET t.description = coalesce(r.description, t.description), "
     "t.parameters = coalesce(r.parameters, t.parameters)"
 )
 MERGE_LLMS = (
-    f"UNWIND $rows AS r MERGE (m:{Label.LLM} {{name: r.name}}) "
+    f"UNWIND $llms AS r MERGE (m:{Label.LLM} {{name: r.name}}) "
     "SET m.provider = coalesce(r.provider, m.provider)"
 )
 
-_EXECUTES = {Label.AGENT: Rel.EXECUTES_AGENT, Label.TOOL: Rel.EXECUTES_TOOL, Label.LLM: Rel.EXECUTES_LLM}
+
+def nodes_param(label: Label) -> str:
+    return f"n_{label}"
 
 
-def merge_executes(call: Label, structural: Label) -> str:
-    return (
-        f"UNWIND $rows AS r MATCH (c:{call} {{id: r.id}}) MATCH (s:{structural} {{name: r.name}}) "
-        f"MERGE (c)-[:{_EXECUTES[structural]}]->(s)"
+def executes_param(call: Label, structural: Label) -> str:
+    return f"x_{call}_{structural}"
+
+
+def states_param(call: Label, rel: Rel) -> str:
+    return f"st_{call}_{rel}"
+
+
+def links_param(source: Label, rel: Rel, target: Label) -> str:
+    return f"l_{source}_{rel}_{target}"
+
+
+def write_sessions(
+    node_labels: Iterable[Label],
+    executes: Iterable[tuple[Label, Label]],
+    states: Iterable[tuple[Label, Rel]],
+    links: Iterable[tuple[Label, Rel, Label]],
+) -> str:
+    """Sessions as ONE statement, so that each write is all or nothing on a store
+    without multi-statement transactions (FalkorDB rolls a failed statement back).
+
+    First it removes what the graph holds of the sessions: `$clear` are all of
+    them (a new session may have nodes left by an older, multi-statement
+    writer), `$replaced` the stored sessions being rebuilt, whose Session and
+    results go too. Then nodes, structural nodes, states and links. Nodes are
+    merged on (id, sessionId): a node is never shared with another session, even
+    by two writers racing. Parameters: `$now`, `$sessions` and the `*_param`
+    names of the sections given; sections run one after the other, each on the
+    single row `WITH count(*)` leaves, so an empty one does not stop the rest."""
+    parts = []
+    for label in _SESSION_OWNED:
+        parts.append(
+            f"UNWIND $clear AS sid MATCH (n:{label} {{sessionId: sid}}) "
+            f"OPTIONAL MATCH (n)-[:{_STATE_RELS}]->(st:{Label.STATE}) DETACH DELETE n, st"
+        )
+    parts.append(f"UNWIND $clear AS sid MATCH (st:{Label.STATE} {{sessionId: sid}}) DETACH DELETE st")
+    parts.append(f"UNWIND $replaced AS sid MATCH (x:{Label.METRIC_RESULT} {{sessionId: sid}}) DETACH DELETE x")
+    parts.append(f"UNWIND $replaced AS sid MATCH (s:{Label.SESSION} {{id: sid}}) DETACH DELETE s")
+    for label in node_labels:
+        parts.append(f"UNWIND ${nodes_param(label)} AS r MERGE (n:{label} {{id: r.id, sessionId: r.sessionId}}) SET n += r")
+    parts.append(f"UNWIND $sessions AS r MERGE (n:{Label.SESSION} {{id: r.id}}) ON CREATE SET n.ingestedAt = $now SET n += r")
+    parts.extend((MERGE_AGENTS, MERGE_TOOLS, MERGE_LLMS))
+    for call, structural in executes:
+        parts.append(
+            f"UNWIND ${executes_param(call, structural)} AS r MATCH (c:{call} {{id: r.id, sessionId: r.sid}}) "
+            f"MATCH (t:{structural} {{name: r.name}}) MERGE (c)-[:{_EXECUTES[structural]}]->(t)"
+        )
+    for call, rel in states:
+        parts.append(
+            f"UNWIND ${states_param(call, rel)} AS r MATCH (c:{call} {{id: r.id, sessionId: r.sid}}) "
+            f"MERGE (st:{Label.STATE} {{id: r.stateId, sessionId: r.sid}}) SET st.content = r.content "
+            f"MERGE (c)-[:{rel}]->(st)"
+        )
+    for source, rel, target in links:
+        source_match = f"(a:{source} {{id: r.s}})" if source is Label.SESSION else f"(a:{source} {{id: r.s, sessionId: r.sid}})"
+        parts.append(
+            f"UNWIND ${links_param(source, rel, target)} AS r MATCH {source_match} "
+            f"MATCH (b:{target} {{id: r.t, sessionId: r.sid}}) MERGE (a)-[:{rel}]->(b)"
+        )
+    return " WITH count(*) AS _ ".join(parts) + " RETURN count(*) AS written"
+
+
+def span_owners() -> str:
+    """The sessions holding execution nodes with the given ids. Columns: id, session."""
+    return " UNION ALL ".join(
+        f"MATCH (n:{label}) WHERE n.id IN $ids RETURN n.id AS id, n.sessionId AS session" for label in _SESSION_OWNED
     )
 
 
-def merge_states(call: Label, rel: Rel) -> str:
-    return (
-        f"UNWIND $rows AS r MATCH (c:{call} {{id: r.id}}) "
-        f"MERGE (s:{Label.STATE} {{id: r.sid}}) SET s.content = r.content "
-        f"MERGE (c)-[:{rel}]->(s)"
+def stored_span_digests() -> str:
+    """Every span node of the given sessions with its row digest. Columns: session, id, digest."""
+    return " UNION ALL ".join(
+        f"MATCH (n:{label}) WHERE n.sessionId IN $ids RETURN n.sessionId AS session, n.id AS id, n.{INGEST_DIGEST} AS digest"
+        for label in _SESSION_OWNED
     )
+
+
+STORED_SESSIONS = (
+    f"MATCH (s:{Label.SESSION}) WHERE s.id IN $ids "
+    f"RETURN s.id AS id, s.ingestedAt AS ingestedAt, s.{INGEST_DIGEST} AS digest"
+)
 
 
 def read_contexts() -> str:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from ..core.context import Edge, Node, SessionContext
 from ..core.models import MetricNode, MetricResultNode
 from ..core.ontology import Label, Scope
-from ..ingest.mapping import SessionGraph
+from ..core.session_graph import SessionGraph
 from . import cypher
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,64 @@ def _chunks(rows: list[Any], size: int) -> Iterable[list[Any]]:
         yield rows[i : i + size]
 
 
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+def _session_statement(sessions: Sequence[SessionGraph], replace: set[str]) -> tuple[str, dict[str, Any]]:
+    """The one statement that writes these sessions (see cypher.write_sessions)."""
+    nodes: dict[Label, list[dict[str, Any]]] = defaultdict(list)
+    session_rows: list[dict[str, Any]] = []
+    links: dict[tuple[Label, Any, Label], list[dict[str, str]]] = defaultdict(list)
+    agents: set[str] = set()
+    tools: dict[str, dict[str, Any]] = {}
+    llms: dict[str, str | None] = {}
+    executes: dict[tuple[Label, Label], list[dict[str, str]]] = defaultdict(list)
+    states: dict[tuple[Label, Any], list[dict[str, str]]] = defaultdict(list)
+    for graph in sessions:
+        sid = graph.session_id
+        for label, rows in graph.nodes.items():
+            for props in rows:
+                row = dict(props)
+                if label is Label.SESSION:
+                    row[cypher.INGEST_DIGEST] = graph.digest
+                    session_rows.append(row)
+                else:
+                    row[cypher.INGEST_DIGEST] = graph.digests.get(props["id"])
+                    nodes[label].append(row)
+        for link in graph.links:
+            links[(link.source_label, link.rel, link.target_label)].append({"s": link.source_id, "t": link.target_id, "sid": sid})
+        agents |= graph.agents
+        for name, props in graph.tools.items():
+            tools.setdefault(name, {}).update(props)
+        llms.update(graph.llms)
+        for call_label, call_id, structural, name in graph.executes:
+            executes[(call_label, structural)].append({"id": call_id, "name": name, "sid": sid})
+        for call_label, call_id, rel, state_id, content in graph.states:
+            states[(call_label, rel)].append({"id": call_id, "stateId": state_id, "content": content, "sid": sid})
+
+    params: dict[str, Any] = {
+        "clear": [g.session_id for g in sessions],
+        "replaced": sorted(replace & {g.session_id for g in sessions}),
+        "now": time.time(),
+        "sessions": session_rows,
+        "agents": [{"name": n} for n in sorted(agents)],
+        "tools": [{"name": n, "description": p.get("description"), "parameters": p.get("parameters")} for n, p in sorted(tools.items())],
+        "llms": [{"name": n, "provider": p} for n, p in sorted(llms.items())],
+    }
+    for label, rows in nodes.items():
+        params[cypher.nodes_param(label)] = rows
+    for key, rows in executes.items():
+        params[cypher.executes_param(*key)] = rows
+    for key, rows in states.items():
+        params[cypher.states_param(*key)] = rows
+    for key, rows in links.items():
+        params[cypher.links_param(*key)] = rows
+    statement = cypher.write_sessions(sorted(nodes), sorted(executes), sorted(states), sorted(links))
+    return statement, params
+
+
 class KnowledgeGraph:
     """Reads sessions, writes ingested sessions and metric results."""
 
@@ -102,58 +160,55 @@ class KnowledgeGraph:
 
     # -- ingestion ---------------------------------------------------------
 
-    def write_sessions(self, sessions: Sequence[SessionGraph]) -> None:
-        """One batch of ingested sessions. The Session nodes are written last, so a
-        session becomes visible to sensors and listings only once its calls are in."""
-        nodes: dict[Label, list[dict[str, Any]]] = defaultdict(list)
-        links: dict[tuple[Label, Any, Label], list[dict[str, str]]] = defaultdict(list)
-        agents: set[str] = set()
-        tools: dict[str, dict[str, Any]] = {}
-        llms: dict[str, str | None] = {}
-        executes: dict[tuple[Label, Label], list[dict[str, str]]] = defaultdict(list)
-        states: dict[tuple[Label, Any], list[dict[str, str]]] = defaultdict(list)
+    def write_sessions(self, sessions: Sequence[SessionGraph], replace: Iterable[str] = ()) -> dict[str, str]:
+        """Write ingested sessions, each all or nothing: the batch goes as one
+        statement, and if that fails, each session alone, so one bad session
+        never costs the others. `replace`: stored sessions to rebuild (their old
+        nodes and metric results are removed in the same statement). Returns the
+        sessions that could not be written, with the reason; nothing of those is
+        left in the graph (and a replaced one keeps what it held)."""
+        if not sessions:
+            return {}
+        replace = set(replace)
+        try:
+            self.backend.write([_session_statement(sessions, replace)])
+            return {}
+        except Exception as exc:  # any failure of the batch: retried session by session
+            if len(sessions) == 1:
+                log.warning("session %s not written: %s", sessions[0].session_id, exc)
+                return {sessions[0].session_id: _reason(exc)}
+            log.warning("a batch of %d sessions failed (%s); writing them one by one", len(sessions), _reason(exc))
+        failed = {}
         for graph in sessions:
-            for label, rows in graph.nodes.items():
-                nodes[label].extend(rows)
-            for link in graph.links:
-                links[(link.source_label, link.rel, link.target_label)].append({"s": link.source_id, "t": link.target_id})
-            agents |= graph.agents
-            for name, props in graph.tools.items():
-                tools.setdefault(name, {}).update(props)
-            llms.update(graph.llms)
-            for call_label, call_id, structural, name in graph.executes:
-                executes[(call_label, structural)].append({"id": call_id, "name": name})
-            for call_label, call_id, rel, state_id, content in graph.states:
-                states[(call_label, rel)].append({"id": call_id, "sid": state_id, "content": content})
+            try:
+                self.backend.write([_session_statement([graph], replace)])
+            except Exception as exc:
+                log.warning("session %s not written: %s", graph.session_id, exc)
+                failed[graph.session_id] = _reason(exc)
+        return failed
 
-        now = time.time()
-        statements: list[tuple[str, Mapping[str, Any]]] = []
-        for label, rows in nodes.items():
-            if label is Label.SESSION:
-                continue
-            for chunk in _chunks(rows, 2000):
-                statements.append((cypher.merge_nodes(label), {"rows": chunk}))
-        if agents:
-            statements.append((cypher.MERGE_AGENTS, {"rows": [{"name": n} for n in sorted(agents)]}))
-        if tools:
-            statements.append((
-                cypher.MERGE_TOOLS,
-                {"rows": [{"name": n, "description": p.get("description"), "parameters": p.get("parameters")} for n, p in sorted(tools.items())]},
-            ))
-        if llms:
-            statements.append((cypher.MERGE_LLMS, {"rows": [{"name": n, "provider": p} for n, p in sorted(llms.items())]}))
-        for (call_label, structural), rows in executes.items():
-            for chunk in _chunks(rows, 2000):
-                statements.append((cypher.merge_executes(call_label, structural), {"rows": chunk}))
-        for (call_label, rel), rows in states.items():
-            for chunk in _chunks(rows, 500):
-                statements.append((cypher.merge_states(call_label, rel), {"rows": chunk}))
-        session_rows = nodes.get(Label.SESSION, [])
-        statements.append((cypher.merge_nodes(Label.SESSION), {"rows": session_rows, "now": now}))
-        for (source, rel, target), rows in links.items():
-            for chunk in _chunks(rows, 2000):
-                statements.append((cypher.merge_links(source, rel, target), {"rows": chunk}))
-        self.backend.write(statements)
+    def span_owners(self, ids: Sequence[str]) -> dict[str, set[str]]:
+        """Execution node id -> the sessions holding a node with that id."""
+        owners: dict[str, set[str]] = defaultdict(set)
+        for chunk in _chunks(list(dict.fromkeys(ids)), 5000):
+            for row in self.backend.query(cypher.span_owners(), {"ids": chunk}):
+                owners[row["id"]].add(row["session"])
+        return owners
+
+    def stored_sessions(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The given sessions the graph holds: id -> ingestedAt and digest."""
+        if not session_ids:
+            return {}
+        rows = self.backend.query(cypher.STORED_SESSIONS, {"ids": list(session_ids)})
+        return {r["id"]: {"ingestedAt": r["ingestedAt"], "digest": r["digest"]} for r in rows}
+
+    def stored_span_digests(self, session_ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
+        """session -> span id -> digest of the row it was ingested from."""
+        out: dict[str, dict[str, str | None]] = defaultdict(dict)
+        if session_ids:
+            for row in self.backend.query(cypher.stored_span_digests(), {"ids": list(session_ids)}):
+                out[row["session"]][row["id"]] = row["digest"]
+        return out
 
     # -- reading sessions --------------------------------------------------
 

@@ -1,13 +1,33 @@
 """Ingestion: OpenTelemetry span exports -> the knowledge graph.
 
-Rows are streamed from the files, parsed one by one (a row that cannot be placed
-is reported with its reason, never dropped silently), grouped by session and
-written in batches. A session's rows may be spread over several files of one
-ingest call. Ingesting the same files again leaves the same graph.
+Rows are streamed from the files into an on-disk stage (see `stage`), then
+sessions are built and written a batch at a time, so memory holds one batch, not
+a file. The rules, each reported per row with its reason (nothing is dropped
+silently, and one bad row never fails another):
+
+- a row that cannot be parsed (no session id, SpanId or TraceId, a bad
+  timestamp, an id holding a character the graph cannot store) is not placed;
+  other text the graph cannot store (NUL, unpaired surrogates) is kept escaped
+  as `\\uXXXX`, with a notice;
+- a file that breaks off (invalid JSON) contributes nothing: none of its rows,
+  and none of the rows other files hold of the sessions it had begun;
+- a span id belongs to one session: a row whose SpanId another session already
+  holds (in the graph, or in an earlier row of the call) is not placed;
+- rows are never merged into a session already stored: rows it already holds
+  (same content) change nothing, other rows are not placed; with `replace`, the
+  stored session is rebuilt from the rows of this call instead;
+- a parent cycle is broken (see `mapping`), with a notice per span on it;
+- each session is written all or nothing (see `KnowledgeGraph.write_sessions`);
+  a session that fails to write is reported row by row and leaves nothing.
+
+Ingesting the same files again leaves the same graph.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,12 +36,21 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from .mapping import SessionGraph, build_session_graph
+from ..core.session_graph import SessionGraph
+from .mapping import build_session_graph, synthetic_mas_id
 from .reader import ExportFormatError, iter_rows
-from .spans import ParsedSpan, RowError, parse_row
+from .spans import ParsedSpan, RowError, parse_row, row_digest, row_text
+from .stage import Stage, StagedRow
 
 if TYPE_CHECKING:
     from ..graph.store import KnowledgeGraph
+
+log = logging.getLogger(__name__)
+
+# The report lists this many problems and notices; the counts are always whole.
+MAX_LISTED = 10_000
+# A write batch holds at most this much staged data, whatever its session count.
+MAX_BATCH_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -39,33 +68,275 @@ class RowProblem:
 @dataclass
 class IngestReport:
     files: int = 0
-    rows: int = 0
-    sessions: list[str] = field(default_factory=list)
-    problems: list[RowProblem] = field(default_factory=list)
+    rows: int = 0  # rows read, those of files that broke off included
+    sessions: list[str] = field(default_factory=list)  # written by this call
+    unchanged: list[str] = field(default_factory=list)  # already stored with these same rows
+    spans: int = 0  # span nodes written by this call
+    placed: int = 0  # rows that are in the graph after the call
+    problems: list[RowProblem] = field(default_factory=list)  # rows not placed (the first MAX_LISTED)
+    problem_count: int = 0
+    notices: list[RowProblem] = field(default_factory=list)  # rows placed with a caveat
+    notice_count: int = 0
     file_errors: list[str] = field(default_factory=list)
+    broken_rows: int = 0  # rows of the files that broke off
     counts: Counter = field(default_factory=Counter)
 
     @property
-    def spans(self) -> int:
-        return self.rows - len(self.problems)
+    def ingested(self) -> int:
+        """Sessions of the call that are in the graph as its rows say."""
+        return len(self.sessions) + len(self.unchanged)
+
+    def nothing_ingested_reason(self) -> str:
+        if self.rows == 0 and not self.file_errors:
+            return "the files hold no span rows"
+        reasons = Counter(_kind_of(p.reason) for p in self.problems)
+        parts = [f"{n} row(s): {kind}" for kind, n in reasons.most_common(3)]
+        if self.file_errors:
+            parts.insert(0, f"{len(self.file_errors)} file(s) broke off or are not span exports")
+        return "; ".join(parts) or "no row could be placed"
+
+
+def _kind_of(reason: str) -> str:
+    return reason.split(":")[0].split("(")[0].strip()[:80]
+
+
+# -- reading files into the stage -------------------------------------------------
+
+
+def _stage_file(stage: Stage, path: Path, report: IngestReport) -> None:
+    file = stage.add_file(path)
+    report.files += 1
+    rows = 0
+    stats: dict[str, int] = {}
+    try:
+        for raw in iter_rows(path, stats):
+            rows += 1
+            report.rows += 1
+            span_id = raw.row.get("SpanId") if isinstance(raw.row, dict) else None
+            span_id = span_id if isinstance(span_id, str) else None
+            try:
+                text = row_text(raw.row)
+                span = parse_row(raw.row, raw.session_hint, text)
+            except RowError as exc:
+                stage.add_problem(file, raw.index, span_id, str(exc))
+                continue
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+                stage.add_problem(file, raw.index, span_id, f"row cannot be read: {type(exc).__name__}: {exc}")
+                continue
+            stage.add_row(file, raw.index, span, row_digest(text))
+            if span.escaped:
+                stage.add_problem(
+                    file, raw.index, span.span_id,
+                    f"{span.escaped} character(s) the graph cannot store (NUL, unpaired surrogates) kept as \\uXXXX escapes",
+                    placed=True,
+                )
+    except (ExportFormatError, OSError) as exc:
+        sessions = stage.drop_file(file, rows, str(exc))
+        report.broken_rows += rows
+        shown = ", ".join(sessions[:5]) + (" ..." if len(sessions) > 5 else "")
+        message = f"{exc}; nothing of this file is ingested"
+        if sessions:
+            message += f", nor of the {len(sessions)} session(s) it had begun ({shown}) from other files"
+        report.file_errors.append(message)
+        return
+    stage.file_done(file, rows)
+    if stats.get("escaped_bytes") or stats.get("escaped_surrogates"):
+        report.counts["escaped_bytes"] += stats.get("escaped_bytes", 0)
+        report.counts["escaped_surrogate_escapes"] += stats.get("escaped_surrogates", 0)
+
+
+# -- one batch of sessions ----------------------------------------------------------
+
+
+def _session_digest(digests: dict[str, str]) -> str:
+    text = "\n".join(f"{k}\t{v}" for k, v in sorted(digests.items()))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+class _Batch:
+    def __init__(self, stage: Stage, kg: "KnowledgeGraph", report: IngestReport, replace: bool):
+        self.stage, self.kg, self.report, self.replace = stage, kg, report, replace
+        # Identical copies of a kept row: they share its fate.
+        self.twins: dict[tuple[str, str], list[StagedRow]] = {}
+
+    def problem(self, row: StagedRow, reason: str) -> None:
+        for r in (row, *self.twins.get((row.session, row.span_id), ())):
+            self.stage.add_problem(r.file, r.index, r.span_id, reason)
+
+    def notice(self, row: StagedRow, reason: str) -> None:
+        self.stage.add_problem(row.file, row.index, row.span_id, reason, placed=True)
+
+    def placed(self, rows: Iterable[StagedRow]) -> None:
+        self.report.placed += sum(1 + len(self.twins.get((r.session, r.span_id), ())) for r in rows)
+
+    def run(self, batch: list[tuple[str, list[StagedRow]]]) -> None:
+        self.twins = {}
+        winners: dict[str, dict[str, StagedRow]] = {}
+        for session_id, rows in batch:
+            kept: dict[str, StagedRow] = {}
+            for row in rows:
+                earlier = kept.get(row.span_id)
+                if earlier is not None:
+                    copies = self.twins.pop((session_id, row.span_id), [])
+                    if earlier.digest == row.digest:
+                        self.twins[(session_id, row.span_id)] = [*copies, earlier]
+                    else:
+                        for r in (earlier, *copies):
+                            self.stage.add_problem(
+                                r.file, r.index, r.span_id,
+                                f"SpanId {row.span_id!r} appears again later in the session "
+                                f"(row {row.index} of {self.stage.paths[row.file]}) with other content; the later row is kept",
+                            )
+                kept[row.span_id] = row
+            winners[session_id] = kept
+
+        owners = self.kg.span_owners([span for kept in winners.values() for span in kept])
+        stored = self.kg.stored_sessions(list(winners))
+        stored_digests = {} if self.replace else self.kg.stored_span_digests(list(stored))
+
+        graphs: list[SessionGraph] = []
+        rows_of: dict[str, list[StagedRow]] = {}
+        for session_id, kept in winners.items():
+            free: dict[str, StagedRow] = {}
+            for span_id, row in kept.items():
+                others = sorted(owners.get(span_id, set()) - {session_id})
+                if others:
+                    self.problem(
+                        row,
+                        f"SpanId {span_id!r} already belongs to session {others[0]!r} in the knowledge graph: "
+                        "a span belongs to one session, so this row is not ingested",
+                    )
+                else:
+                    free[span_id] = row
+            if session_id in stored and not self.replace:
+                self._against_stored(session_id, free, stored_digests.get(session_id, {}))
+                continue
+            if not free:
+                continue
+            graph = self._build(session_id, free)
+            if graph is None:
+                continue
+            graphs.append(graph)
+            rows_of[session_id] = list(free.values())
+
+        replaced = [g.session_id for g in graphs if g.session_id in stored]
+        failed = self.kg.write_sessions(graphs, replace=replaced) if graphs else {}
+        for graph in graphs:
+            sid = graph.session_id
+            if sid in failed:
+                kept_before = " (the graph keeps the session as it was)" if sid in stored else ""
+                for row in rows_of[sid]:
+                    self.problem(row, f"session {sid!r} could not be written, so nothing of these rows is stored{kept_before}: {failed[sid]}")
+                continue
+            self.report.sessions.append(sid)
+            self.report.spans += len(rows_of[sid])
+            self.placed(rows_of[sid])
+            self.report.counts.update(graph.counts)
+            by_span = {r.span_id: r for r in rows_of[sid]}
+            for span_id, note in graph.notes:
+                if span_id in by_span:
+                    self.notice(by_span[span_id], note)
+
+    def _against_stored(self, session_id: str, rows: dict[str, StagedRow], digests: dict[str, str | None]) -> None:
+        """Rows of a session the graph already holds: never merged into it."""
+        same = [r for span_id, r in rows.items() if digests.get(span_id) == r.digest]
+        new = [r for span_id, r in rows.items() if digests.get(span_id) != r.digest]
+        self.placed(same)
+        if not new:
+            if rows:
+                self.report.unchanged.append(session_id)
+            return
+        self.report.counts["rows_of_stored_sessions"] += len(new)
+        for row in new:
+            what = "holds another version of this span" if row.span_id in digests else "does not hold this span"
+            self.problem(
+                row,
+                f"session {session_id!r} is already stored and {what}: rows are never merged into a stored "
+                "session (it stays as it is); ingest all of its rows again with --replace to rebuild it",
+            )
+
+    def _build(self, session_id: str, rows: dict[str, StagedRow]) -> SessionGraph | None:
+        spans: list[ParsedSpan] = [r.span() for r in rows.values()]
+        try:
+            attempt = 0
+            while True:  # the id of a MASCall made for the session must be nobody's span id
+                mas_id = synthetic_mas_id(session_id, attempt)
+                if mas_id in rows:
+                    attempt += 1
+                    continue
+                graph = build_session_graph(session_id, spans, mas_id=mas_id)
+                if not graph.counts["synthetic_mas_calls"] or not self._taken(mas_id, session_id) or attempt > 100:
+                    break
+                attempt += 1
+        except (ValidationError, ValueError) as exc:
+            for row in rows.values():
+                self.problem(row, f"session {session_id!r} cannot be mapped onto the ontology: {exc}")
+            return None
+        graph.digests = {span_id: r.digest for span_id, r in rows.items()}
+        graph.digest = _session_digest(graph.digests)
+        return graph
+
+    def _taken(self, node_id: str, session_id: str) -> bool:
+        return self.stage.claimed_by_other(node_id, session_id) or bool(
+            self.kg.span_owners([node_id]).get(node_id, set()) - {session_id}
+        )
+
+
+# -- the whole call -------------------------------------------------------------------
+
+
+def ingest_paths(
+    paths: Sequence[Path | str],
+    kg: "KnowledgeGraph",
+    batch_size: int = 200,
+    *,
+    replace: bool = False,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+) -> IngestReport:
+    """Ingest span export files. `replace`: sessions already stored are rebuilt
+    from the rows of these files (their metric results are deleted) instead of
+    being left as they are."""
+    report = IngestReport()
+    with tempfile.TemporaryDirectory(prefix="mce-ingest-") as tmp, Stage(Path(tmp)) as stage:
+        for path in paths:
+            _stage_file(stage, Path(path), report)
+        stage.finish()
+        batch = _Batch(stage, kg, report, replace)
+        for sessions in stage.batches(max(1, batch_size), max_batch_bytes):
+            batch.run(sessions)
+        report.problem_count = stage.problem_count()
+        report.problems = [RowProblem(p, i, r, s) for p, i, s, r in stage.problems(limit=MAX_LISTED)]
+        report.notice_count = stage.problem_count(placed=True)
+        report.notices = [RowProblem(p, i, r, s) for p, i, s, r in stage.problems(placed=True, limit=MAX_LISTED)]
+    return report
+
+
+# -- in memory, for small inputs (tests, benchmarks) ------------------------------------
 
 
 def collect_spans(paths: Iterable[Path], report: IngestReport) -> dict[str, list[ParsedSpan]]:
+    """Every parsed span of the files, by session, in memory. A file that breaks
+    off contributes nothing."""
     by_session: dict[str, list[ParsedSpan]] = defaultdict(list)
     for path in paths:
         report.files += 1
+        found: list[ParsedSpan] = []
+        problems: list[RowProblem] = []
         try:
             for raw in iter_rows(Path(path)):
                 report.rows += 1
                 span_id = raw.row.get("SpanId") if isinstance(raw.row, dict) else None
                 try:
-                    span = parse_row(raw.row, raw.session_hint)
+                    found.append(parse_row(raw.row, raw.session_hint))
                 except RowError as exc:
-                    report.problems.append(RowProblem(str(raw.path), raw.index, str(exc), span_id))
-                    continue
-                by_session[span.session_id].append(span)
+                    problems.append(RowProblem(str(raw.path), raw.index, str(exc), span_id if isinstance(span_id, str) else None))
         except (ExportFormatError, OSError) as exc:
-            report.file_errors.append(str(exc))
+            report.file_errors.append(f"{exc}; nothing of this file is ingested")
+            continue
+        report.problems.extend(problems)
+        for span in found:
+            by_session[span.session_id].append(span)
+    report.problem_count = len(report.problems)
     return by_session
 
 
@@ -80,16 +351,6 @@ def build_graphs(by_session: dict[str, list[ParsedSpan]], report: IngestReport) 
         report.counts.update(graph.counts)
         graphs.append(graph)
     return graphs
-
-
-def ingest_paths(paths: Sequence[Path | str], kg: "KnowledgeGraph", batch_size: int = 200) -> IngestReport:
-    report = IngestReport()
-    graphs = build_graphs(collect_spans([Path(p) for p in paths], report), report)
-    for i in range(0, len(graphs), batch_size):
-        batch = graphs[i : i + batch_size]
-        kg.write_sessions(batch)
-        report.sessions.extend(g.session_id for g in batch)
-    return report
 
 
 __all__ = ["IngestReport", "RowProblem", "build_graphs", "collect_spans", "ingest_paths"]

@@ -7,6 +7,9 @@ Pure: no I/O. The rules, in order:
   kept as `Span` children of their parent;
 - a call (or span) whose parent cannot be placed hangs from the session's first
   MASCall; a session with no MASCall gets one that spans the whole session;
+- ParentSpanIds that loop (A's parent is B, B's is A) are broken: every span on
+  the loop hangs from the first MASCall, with a note saying so, and no walk up the
+  parents ever sees the loop;
 - a call that no AgentCall reaches is also linked from the agent it ran for, when
   that is unambiguous: the AgentCall named by its `agent_id` whose time contains
   it, or (without `agent_id`) the only agent call detached from the trace tree
@@ -18,58 +21,57 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.context import Edge, Node, SessionContext
 from ..core.models import NODE_MODELS
 from ..core.ontology import CHILD_REL, Label, Rel
+from ..core.session_graph import GraphLink, SessionGraph
 from .spans import LABEL_OF_KIND, ParsedSpan
 
 # Children may start a little before the parent span the SDK opened around them.
 _TIME_SLACK_NS = 1_000
 
 
-@dataclass
-class GraphLink:
-    source_label: Label
-    source_id: str
-    rel: Rel
-    target_label: Label
-    target_id: str
+def synthetic_mas_id(session_id: str, attempt: int = 0) -> str:
+    """The id of the MASCall made for a session that has none; `attempt` > 0 when
+    an earlier candidate is taken by a span."""
+    return f"{session_id}#mas" if attempt == 0 else f"{session_id}#mas{attempt + 1}"
 
 
-@dataclass
-class SessionGraph:
-    """Everything ingestion writes for one session."""
-
-    session_id: str
-    nodes: dict[Label, list[dict[str, Any]]] = field(default_factory=dict)
-    links: list[GraphLink] = field(default_factory=list)
-    agents: set[str] = field(default_factory=set)
-    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
-    llms: dict[str, str | None] = field(default_factory=dict)
-    # (execution label, id, agent/tool/llm label, structural name)
-    executes: list[tuple[Label, str, Label, str]] = field(default_factory=list)
-    # (execution label, id, rel, state id, content)
-    states: list[tuple[Label, str, Rel, str, str]] = field(default_factory=list)
-    counts: Counter = field(default_factory=Counter)
-
-    def node_count(self) -> int:
-        return sum(len(v) for v in self.nodes.values())
-
-    def to_context(self) -> SessionContext:
-        """The session context straight from ingestion, with no graph in between."""
-        nodes = [Node(label, {k: v for k, v in props.items() if v is not None}) for label, rows in self.nodes.items() for props in rows]
-        edges = [Edge(l.source_id, l.target_id) for l in self.links if l.rel is not Rel.HAS_SPAN]
-        return SessionContext.build(nodes, edges)
+def _span_parents(by_id: dict[str, ParsedSpan]) -> dict[str, str | None]:
+    """Each span's parent inside the session; None for roots (no parent, or one
+    the session does not hold). A span that is its own parent is a loop of one."""
+    parent: dict[str, str | None] = {}
+    for span_id, span in by_id.items():
+        p = span.parent_span_id
+        parent[span_id] = p if p in by_id else None
+    return parent
 
 
-def synthetic_mas_id(session_id: str) -> str:
-    return f"{session_id}#mas"
+def _cycles(parent: dict[str, str | None]) -> list[list[str]]:
+    """The loops of the parent map (each span has at most one parent, so each
+    span is on at most one loop), found in one pass: O(spans)."""
+    state: dict[str, int] = {}  # 1: on the current walk, 2: done
+    loops: list[list[str]] = []
+    for start in parent:
+        if start in state:
+            continue
+        walk: list[str] = []
+        node: str | None = start
+        while node is not None and node not in state:
+            state[node] = 1
+            walk.append(node)
+            node = parent[node]
+        if node is not None and state[node] == 1:
+            loops.append(walk[walk.index(node) :])
+        for n in walk:
+            state[n] = 2
+    return loops
 
 
-def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGraph:
+def build_session_graph(session_id: str, spans: list[ParsedSpan], mas_id: str | None = None) -> SessionGraph:
+    """`mas_id`: the id for a MASCall made for the session, when it needs one
+    (default `synthetic_mas_id(session_id)`); it must not be a span id of the session."""
     if not spans:
         raise ValueError(f"session {session_id!r} has no spans")
     by_id: dict[str, ParsedSpan] = {}
@@ -79,8 +81,18 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGrap
     graph = SessionGraph(session_id=session_id)
     graph.counts["duplicate_rows"] = len(spans) - len(by_id)
 
+    span_parent = _span_parents(by_id)
+    on_loop: set[str] = set()
+    for loop in _cycles(span_parent):
+        path = " -> ".join([*loop, loop[0]])
+        for span_id in loop:
+            on_loop.add(span_id)
+            span_parent[span_id] = None
+            graph.notes.append((span_id, f"ParentSpanIds loop ({path}); placed under the session's first MASCall"))
+        graph.counts["parent_cycles"] += 1
+
     def is_root(span: ParsedSpan) -> bool:
-        return span.parent_span_id is None or span.parent_span_id not in by_id
+        return span_parent[span.span_id] is None and span.span_id not in on_loop
 
     label: dict[str, Label] = {}
     for span in ordered:
@@ -123,7 +135,9 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGrap
     if mas_calls:
         first_mas: tuple[Label, str] = (Label.MAS_CALL, mas_calls[0].span_id)
     else:
-        mas_id = synthetic_mas_id(session_id)
+        mas_id = mas_id or synthetic_mas_id(session_id)
+        if mas_id in by_id or mas_id == session_id:
+            raise ValueError(f"the MASCall id {mas_id!r} made for session {session_id!r} is a span id of it")
         add(
             Label.MAS_CALL,
             {
@@ -137,6 +151,20 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGrap
         first_mas = (Label.MAS_CALL, mas_id)
         graph.links.append(GraphLink(Label.SESSION, session_id, Rel.HAS_MAS_CALL, Label.MAS_CALL, mas_id))
 
+    # The nearest call at or above each span (through non-call spans), memoised:
+    # the parent map has no loops left, so every walk ends.
+    nearest_call: dict[str, str | None] = {}
+
+    def call_at_or_above(span_id: str | None) -> str | None:
+        walk = []
+        while span_id is not None and span_id not in nearest_call and label[span_id] is Label.SPAN:
+            walk.append(span_id)
+            span_id = span_parent[span_id]
+        found = None if span_id is None else nearest_call.get(span_id, span_id)
+        for n in walk:
+            nearest_call[n] = found
+        return found
+
     # The ontology parent of each span: nearest call ancestor for calls, the span
     # parent itself for non-call spans.
     parent_of: dict[str, tuple[Label, str]] = {}
@@ -145,13 +173,10 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan]) -> SessionGrap
         if lbl is Label.MAS_CALL:
             graph.links.append(GraphLink(Label.SESSION, session_id, Rel.HAS_MAS_CALL, lbl, span.span_id))
             continue
-        parent_id = span.parent_span_id
+        parent_id = span_parent[span.span_id]
         if lbl is not Label.SPAN:
-            seen: set[str] = set()
-            while parent_id in by_id and label[parent_id] is Label.SPAN and parent_id not in seen:
-                seen.add(parent_id)
-                parent_id = by_id[parent_id].parent_span_id
-        if parent_id in by_id and parent_id != span.span_id:
+            parent_id = call_at_or_above(parent_id)
+        if parent_id is not None:
             parent_of[span.span_id] = (label[parent_id], parent_id)
         else:
             parent_of[span.span_id] = first_mas
@@ -209,7 +234,9 @@ def _attribute_to_agents(
         chain = []
         node = span_id
         result = False
-        while True:
+        seen: set[str] = set()
+        while node not in seen:  # parent_of has no loops; the guard keeps it so
+            seen.add(node)
             if node in covered:
                 result = covered[node]
                 break

@@ -1,17 +1,31 @@
-"""Streams span rows out of OpenTelemetry export files.
+"""Span export files -> raw rows, streamed. Two layouts: a JSON list of span rows,
+or an object mapping a session id to its rows. Files are read incrementally
+(ijson), never loaded whole.
 
-Two layouts: a JSON list of span rows, or an object mapping a session id to its
-rows. Files are read incrementally (ijson), never loaded whole.
+Bytes pass through `_CarriableBytes` on their way to the parser, so that what the
+graph cannot store never stops the file: bytes that are not UTF-8 and `\\uD800`-style
+escapes of unpaired surrogates (valid JSON that the C parser rejects or turns into
+'?') are kept as escaped text, and nesting deeper than `MAX_DEPTH` is refused
+before the parser's memory grows with the square of the depth.
 """
 
 from __future__ import annotations
 
+import codecs
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import ijson
+
+from ..errors import InputError
+
+# Span rows nest 5 levels deep; ijson needs O(depth^2) memory.
+MAX_DEPTH = 256
+_CHUNK = 1 << 16
+_MAX_CARRY = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -22,8 +36,125 @@ class RawRow:
     session_hint: str | None = None  # the key, in the object layout
 
 
-class ExportFormatError(ValueError):
-    """A file that is not a span export at all."""
+class ExportFormatError(InputError, ValueError):
+    """A file that is not a span export at all, or that breaks off."""
+
+
+def _escape_bytes(error: UnicodeDecodeError) -> tuple[str, int]:
+    bad = error.object[error.start : error.end]
+    return "".join(f"\\\\x{b:02x}" for b in bad), error.end
+
+
+codecs.register_error("mce_escape_bytes", _escape_bytes)
+
+_SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")
+# An escaped backslash, a surrogate pair, or an unpaired surrogate escape.
+_ESCAPES = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+_STRING_REST = re.compile(rb'(?:[^"\\]++|\\.)*+', re.DOTALL)
+_STRINGS = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+_HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
+
+
+def _run_start(data: bytes, i: int) -> int:
+    """Where the run of backslashes that holds data[i] starts."""
+    while i > 0 and data[i - 1] == 0x5C:
+        i -= 1
+    return i
+
+
+class _CarriableBytes:
+    """A binary file as ijson reads it, with the repairs described above. Chunks
+    are cut so that no escape sequence, backslash run or UTF-8 character is split."""
+
+    def __init__(self, f: BinaryIO, path: Path):
+        self._f = f
+        self._path = path
+        self._carry = b""
+        self._eof = False
+        self._in_string = False
+        self._depth = 0
+        self.escaped_bytes = 0
+        self.escaped_surrogates = 0
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0:  # ijson probes the type of what read() returns
+            return b""
+        while True:
+            if self._eof:
+                data, self._carry = self._carry, b""
+                return self._repair(data) if data else b""
+            raw = self._f.read(_CHUNK)
+            if not raw:
+                self._eof = True
+                continue
+            data = self._carry + raw
+            cut = self._cut(data)
+            self._carry = data[cut:]
+            if cut:
+                return self._repair(data[:cut])
+
+    @staticmethod
+    def _cut(data: bytes) -> int:
+        cut = len(data)
+        backslash = data.find(b"\\", max(0, cut - 12))
+        if backslash >= 0:
+            cut = _run_start(data, backslash)
+            # Keep the two halves of a surrogate pair together.
+            while cut >= 6 and _HIGH_SURROGATE.fullmatch(data, cut - 6, cut) and _run_start(data, cut - 6) % 2 == (cut - 6) % 2:
+                cut = _run_start(data, cut - 6)
+            if cut == 0 and len(data) > _MAX_CARRY:  # pathological: escapes for megabytes
+                cut = backslash - (backslash - _run_start(data, backslash)) % 2
+        # Not inside a UTF-8 character: find where the last one starts.
+        start = cut - 1
+        while start >= 0 and cut - start < 4 and data[start] & 0xC0 == 0x80:
+            start -= 1
+        if start >= 0 and data[start] >= 0xC0:
+            length = 2 if data[start] < 0xE0 else 3 if data[start] < 0xF0 else 4
+            if cut - start < length:
+                cut = start
+        return cut
+
+    def _repair(self, data: bytes) -> bytes:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", errors="mce_escape_bytes")
+            self.escaped_bytes += text.count("\\\\x")
+            data = text.encode("utf-8")
+        if _SURROGATE_HINT.search(data):
+            data = _ESCAPES.sub(self._surrogate, data)
+        self._guard_depth(data)
+        return data
+
+    def _surrogate(self, match: re.Match[bytes]) -> bytes:
+        text = match.group()
+        if text == b"\\\\" or len(text) == 12:
+            return text
+        self.escaped_surrogates += 1
+        return b"\\" + text
+
+    def _guard_depth(self, data: bytes) -> None:
+        pos = 0
+        if self._in_string:
+            pos = _STRING_REST.match(data).end()
+            if pos >= len(data):
+                return
+            pos += 1  # the closing quote
+            self._in_string = False
+        rest = _STRINGS.sub(b"", data[pos:])
+        quote = rest.find(b'"')
+        if quote >= 0:
+            self._in_string = True
+            rest = rest[:quote]
+        for b in rest.translate(None, _NOT_BRACKETS):
+            self._depth += 1 if b in (0x5B, 0x7B) else -1
+            if self._depth > MAX_DEPTH:
+                raise ExportFormatError(f"{self._path}: JSON nested deeper than {MAX_DEPTH} levels; not a span export")
 
 
 def _first_char(path: Path) -> str:
@@ -35,15 +166,25 @@ def _first_char(path: Path) -> str:
     raise ExportFormatError(f"{path}: the file is empty")
 
 
-def iter_rows(path: Path) -> Iterator[RawRow]:
+def _json_error(path: Path, exc: Exception, rows: int) -> ExportFormatError:
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ExportFormatError(f"{path}: invalid JSON after {rows} row(s): {first_line}")
+
+
+def iter_rows(path: Path, stats: dict[str, int] | None = None) -> Iterator[RawRow]:
+    """The rows of one file, in order. Raises ExportFormatError where the file
+    stops being a span export (rows already yielded stay yielded: the caller
+    decides what a broken file keeps). `stats` receives the repairs made."""
     first = _first_char(path)
-    try:
-        with path.open("rb") as f:
+    index = 0
+    with path.open("rb") as raw:
+        f = _CarriableBytes(raw, path)
+        try:
             if first == "[":
-                for i, row in enumerate(ijson.items(f, "item", use_float=True)):
-                    yield RawRow(path, i, row)
+                for row in ijson.items(f, "item", use_float=True):
+                    yield RawRow(path, index, row)
+                    index += 1
             elif first == "{":
-                index = 0
                 for session_id, rows in ijson.kvitems(f, "", use_float=True):
                     if not isinstance(rows, list):
                         rows = [rows]
@@ -54,5 +195,9 @@ def iter_rows(path: Path) -> Iterator[RawRow]:
                 raise ExportFormatError(
                     f"{path}: not a span export (expected a JSON list of rows or an object of session id -> rows)"
                 )
-    except ijson.JSONError as exc:
-        raise ExportFormatError(f"{path}: invalid JSON: {exc}") from None
+        except (ijson.JSONError, UnicodeDecodeError) as exc:
+            raise _json_error(path, exc, index) from None
+        finally:
+            if stats is not None:
+                stats["escaped_bytes"] = f.escaped_bytes
+                stats["escaped_surrogates"] = f.escaped_surrogates

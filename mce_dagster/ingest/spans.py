@@ -1,22 +1,85 @@
 """One OpenTelemetry span row (ClickHouse exporter layout) -> a parsed span.
 
 Pure: no I/O. A row that cannot be placed raises `RowError` with the reason.
+Every value a parsed span carries is one the graph can store: strings without
+NUL or unpaired surrogates (those are kept as `\\uXXXX` escapes), finite floats,
+integers within 64 bits.
 """
 
 from __future__ import annotations
 
 import calendar
+import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.ontology import Label
+from ..errors import InputError
 
 
-class RowError(ValueError):
+class RowError(InputError, ValueError):
     """A span row that cannot be placed (no session id, bad timestamp, ...)."""
+
+
+# Characters no graph client here can send: FalkorDB's query parser stops at NUL,
+# and an unpaired surrogate has no UTF-8 form.
+_UNCARRIABLE = re.compile("[\x00\ud800-\udfff]")
+_INT64 = 2**63
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def _escaped(value: Any, count: list[int]) -> Any:
+    if isinstance(value, str):
+        text, n = _UNCARRIABLE.subn(_escape, value)
+        count[0] += n
+        return text
+    if isinstance(value, dict):
+        return {_escaped(k, count): _escaped(v, count) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v, count) for v in value]
+    return value
+
+
+def row_text(row: Any) -> str:
+    """The row as canonical JSON: what its digest is taken of."""
+    return json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
+
+
+def row_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def carriable(value: Any, text: str | None = None) -> tuple[Any, int]:
+    """`value` (a JSON value) with every character the graph cannot store written
+    as a `\\uXXXX` escape, and how many were. `text`: its `row_text`, when known."""
+    text = row_text(value) if text is None else text
+    # json.dumps writes NUL as an escape and keeps unpaired surrogates as they are.
+    if "\\u0000" not in text and (text.isascii() or not _UNCARRIABLE.search(text)):
+        return value, 0
+    count = [0]
+    return _escaped(value, count), count[0]
+
+
+def has_uncarriable(text: str) -> bool:
+    return _UNCARRIABLE.search(text) is not None
+
+
+def _text(value: Any) -> str | None:
+    """A value as the text the graph stores: None for absent or empty."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 _TIMESTAMP = re.compile(
@@ -36,9 +99,11 @@ def parse_timestamp_ns(value: Any) -> int:
     if isinstance(value, bool):
         raise RowError(f"bad Timestamp {value!r}")
     if isinstance(value, int):
-        return value if value > 10**14 else value * 10**9
+        return _in_range(value if value > 10**14 else value * 10**9, value)
     if isinstance(value, float):
-        return int(value) if value > 1e14 else round(value * 1e9)
+        if not math.isfinite(value):
+            raise RowError(f"bad Timestamp {value!r}")
+        return _in_range(int(value) if value > 1e14 else round(value * 1e9), value)
     if not isinstance(value, str):
         raise RowError(f"bad Timestamp {value!r}")
     match = _TIMESTAMP.match(value.strip())
@@ -58,7 +123,13 @@ def parse_timestamp_ns(value: Any) -> int:
         digits = zone[1:].replace(":", "")
         whole -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
     nanos = int(fraction.ljust(9, "0")) if fraction else 0
-    return whole * 10**9 + nanos
+    return _in_range(whole * 10**9 + nanos, value)
+
+
+def _in_range(ns: int, value: Any) -> int:
+    if not -_INT64 < ns < _INT64:
+        raise RowError(f"Timestamp {value!r} is out of range (years 1678 to 2262)")
+    return ns
 
 
 def _duration_ns(value: Any) -> int:
@@ -74,6 +145,8 @@ def _duration_ns(value: Any) -> int:
         raise RowError(f"bad Duration {value!r} (integer nanoseconds expected)")
     if ns < 0:
         raise RowError(f"negative Duration {value!r}")
+    if ns >= _INT64:
+        raise RowError(f"Duration {value!r} is out of range")
     return ns
 
 
@@ -82,11 +155,16 @@ def _int(attrs: Mapping[str, Any], *keys: str) -> int | None:
         value = attrs.get(key)
         if value in (None, ""):
             continue
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise RowError(f"attribute {key} is not a number: {value!r}") from None
-        if number < 0 or not number.is_integer():
+        if isinstance(value, str) and value.strip().isdigit():
+            number: float | int = int(value.strip())
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise RowError(f"attribute {key} is not a number: {value!r}") from None
+            if isinstance(value, bool) or not math.isfinite(number) or not number.is_integer():
+                raise RowError(f"attribute {key} is not a token count: {value!r}")
+        if not 0 <= number < _INT64:
             raise RowError(f"attribute {key} is not a token count: {value!r}")
         return int(number)
     return None
@@ -94,9 +172,9 @@ def _int(attrs: Mapping[str, Any], *keys: str) -> int | None:
 
 def _first(attrs: Mapping[str, Any], *keys: str) -> str | None:
     for key in keys:
-        value = attrs.get(key)
-        if value not in (None, ""):
-            return str(value)
+        text = _text(attrs.get(key))
+        if text is not None:
+            return text
     return None
 
 
@@ -160,7 +238,7 @@ def _events(row: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     out = []
     for i, name in enumerate(names):
         attrs = attributes[i] if isinstance(attributes, list) and i < len(attributes) else {}
-        out.append((str(name), attrs if isinstance(attrs, Mapping) else {}))
+        out.append((_text(name) or "", attrs if isinstance(attrs, Mapping) else {}))
     return out
 
 
@@ -181,7 +259,7 @@ def _messages(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     for item in _indexed(attrs, prefix):
         message = {k: item[k] for k in ("role", "content") if k in item}
         if "finish_reason" in item:
-            message["finish_reason"] = item["finish_reason"]
+            message["finish_reason"] = _text(item["finish_reason"])
         tool_calls = [item[k] for k in sorted(item) if k.startswith("tool_calls.") and k.endswith(".name")]
         if tool_calls:
             message["tool_calls"] = tool_calls
@@ -209,6 +287,7 @@ class ParsedSpan:
     output_text: str | None = None
     tools_offered: list[dict[str, Any]] = field(default_factory=list)
     llm_provider: str | None = None
+    escaped: int = 0  # characters of the row kept as \\uXXXX escapes
 
     @property
     def start(self) -> float:
@@ -224,26 +303,46 @@ def session_of(row: Mapping[str, Any], hint: str | None = None) -> str:
     if not isinstance(attrs, Mapping):
         raise RowError("SpanAttributes is missing or not an object")
     session = attrs.get("session.id") or attrs.get("execution.id") or hint
-    if not session or not isinstance(session, str):
+    if not session:
         raise RowError("no session id (SpanAttributes session.id or execution.id)")
+    if not isinstance(session, str):
+        raise RowError(f"the session id must be a string, not {session!r}")
+    if has_uncarriable(session):
+        raise RowError(f"the session id {session!r} holds a NUL or an unpaired surrogate, which the graph cannot store")
     return session
 
 
-def parse_row(row: Mapping[str, Any], session_hint: str | None = None) -> ParsedSpan:
+def _identity(row: Mapping[str, Any], key: str) -> str:
+    value = row.get(key)
+    if not value:
+        raise RowError(f"no {key}")
+    if not isinstance(value, str):
+        raise RowError(f"{key} must be a string, not {value!r}")
+    if has_uncarriable(value):
+        raise RowError(f"{key} {value!r} holds a NUL or an unpaired surrogate, which the graph cannot store")
+    return value
+
+
+def parse_row(row: Mapping[str, Any], session_hint: str | None = None, text: str | None = None) -> ParsedSpan:
     """`session_hint` is the session id a file's object layout files the row under;
-    the row's own attribute wins."""
+    the row's own attribute wins. `text`: the row's `row_text`, when known."""
     if not isinstance(row, Mapping):
         raise RowError(f"a span row must be an object, not {type(row).__name__}")
     session_id = session_of(row, session_hint)
+    span_id = _identity(row, "SpanId")
+    trace_id = _identity(row, "TraceId")
+    parent = row.get("ParentSpanId")
+    if parent is not None and not isinstance(parent, str):
+        raise RowError(f"ParentSpanId must be a string, not {parent!r}")
+    if span_id == session_id:
+        raise RowError(f"SpanId {span_id!r} is the id of its own session")
+    row, escaped = carriable(row, text)
     attrs: Mapping[str, Any] = row["SpanAttributes"]
-    span_id = row.get("SpanId")
-    if not span_id or not isinstance(span_id, str):
-        raise RowError("no SpanId")
     if "Timestamp" not in row:
         raise RowError("no Timestamp")
     start_ns = parse_timestamp_ns(row["Timestamp"])
     duration_ns = _duration_ns(row.get("Duration", 0))
-    name = str(row.get("SpanName") or "")
+    name = _text(row.get("SpanName")) or ""
     kind = span_kind(name, attrs)
 
     status = str(row.get("StatusCode") or "").upper()
@@ -260,15 +359,15 @@ def parse_row(row: Mapping[str, Any], session_hint: str | None = None) -> Parsed
     error_message = None
     if failed:
         error_message = (
-            (str(row.get("StatusMessage")) if row.get("StatusMessage") else None)
-            or next((str(e.get("exception.message")) for e in exceptions if e.get("exception.message")), None)
+            _text(row.get("StatusMessage"))
+            or next((_text(e.get("exception.message")) for e in exceptions if _text(e.get("exception.message"))), None)
             or entity_error
             or "failed"
         )
 
     span = ParsedSpan(
         session_id=session_id,
-        trace_id=str(row.get("TraceId") or ""),
+        trace_id=trace_id,
         span_id=span_id,
         parent_span_id=(row.get("ParentSpanId") or None),
         name=name,
@@ -276,12 +375,13 @@ def parse_row(row: Mapping[str, Any], session_hint: str | None = None) -> Parsed
         start_ns=start_ns,
         end_ns=start_ns + duration_ns,
         duration_ms=duration_ns / 1e6,
-        service=row.get("ServiceName") or None,
+        service=_text(row.get("ServiceName")),
         success=success,
         error_message=error_message,
         agent_hint=_first(attrs, "agent_id", "gen_ai.agent.name"),
         input_text=_first(attrs, "traceloop.entity.input", "ioa_observe.entity.input", "input.value"),
         output_text=_first(attrs, "traceloop.entity.output", "ioa_observe.entity.output", "output.value"),
+        escaped=escaped,
     )
     entity_name = _first(attrs, "ioa_observe.entity.name", "traceloop.entity.name")
     if kind == "agent":
@@ -312,6 +412,8 @@ def _llm_props(span: ParsedSpan, attrs: Mapping[str, Any]) -> None:
         temperature = None if temperature in (None, "") else float(temperature)
     except (TypeError, ValueError):
         raise RowError(f"attribute gen_ai.request.temperature is not a number: {temperature!r}") from None
+    if temperature is not None and not math.isfinite(temperature):
+        raise RowError(f"attribute gen_ai.request.temperature is not a number: {temperature!r}")
     provider = _first(attrs, "ioa_observe.association.properties.ls_provider", "gen_ai.provider.name", "gen_ai.system", "llm.provider")
     input_messages = _messages(attrs, "gen_ai.prompt.")
     output_messages = _messages(attrs, "gen_ai.completion.")
@@ -329,9 +431,9 @@ def _llm_props(span: ParsedSpan, attrs: Mapping[str, Any]) -> None:
         outputMessages=json.dumps(output_messages) if output_messages else None,
     )
     span.tools_offered = [
-        {k: f.get(k) for k in ("name", "description", "parameters")}
+        {"name": _text(f["name"]), "description": _text(f.get("description")), "parameters": _text(f.get("parameters"))}
         for f in _indexed(attrs, "llm.request.functions.")
-        if f.get("name")
+        if _text(f.get("name"))
     ]
 
 
