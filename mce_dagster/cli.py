@@ -142,6 +142,8 @@ def ingest(
         err.print(f"[cyan]row placed with a caveat:[/cyan] {escape(str(notice))}", highlight=False)
     if report.notice_count > 20:
         err.print(f"[cyan]... and {report.notice_count - 20} more rows placed with a caveat[/cyan]")
+    for notice in report.file_notices:
+        err.print(f"[cyan]file read with repairs:[/cyan] {escape(notice)}", highlight=False)
     for error in report.file_errors:
         err.print(f"[red]file error:[/red] {escape(error)}", highlight=False)
     unchanged = f"; {len(report.unchanged)} already stored unchanged" if report.unchanged else ""

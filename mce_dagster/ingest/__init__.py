@@ -78,6 +78,7 @@ class IngestReport:
     notices: list[RowProblem] = field(default_factory=list)  # rows placed with a caveat
     notice_count: int = 0
     file_errors: list[str] = field(default_factory=list)
+    file_notices: list[str] = field(default_factory=list)  # repairs made while reading a file
     broken_rows: int = 0  # rows of the files that broke off
     counts: Counter = field(default_factory=Counter)
 
@@ -140,9 +141,13 @@ def _stage_file(stage: Stage, path: Path, report: IngestReport) -> None:
         report.file_errors.append(message)
         return
     stage.file_done(file, rows)
-    if stats.get("escaped_bytes") or stats.get("escaped_surrogates"):
-        report.counts["escaped_bytes"] += stats.get("escaped_bytes", 0)
-        report.counts["escaped_surrogate_escapes"] += stats.get("escaped_surrogates", 0)
+    kept = []
+    if stats.get("escaped_bytes"):
+        kept.append(f"{stats['escaped_bytes']} byte(s) that are not UTF-8 kept as \\xNN text")
+    if stats.get("escaped_surrogates"):
+        kept.append(f"{stats['escaped_surrogates']} unpaired surrogate escape(s) (\\uD800-\\uDFFF) kept as text")
+    if kept:
+        report.file_notices.append(f"{stage.paths[file]}: {'; '.join(kept)}")
 
 
 # -- one batch of sessions ----------------------------------------------------------

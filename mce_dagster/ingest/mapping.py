@@ -84,7 +84,8 @@ def build_session_graph(session_id: str, spans: list[ParsedSpan], mas_id: str | 
     span_parent = _span_parents(by_id)
     on_loop: set[str] = set()
     for loop in _cycles(span_parent):
-        path = " -> ".join([*loop, loop[0]])
+        shown = loop if len(loop) <= 6 else [*loop[:3], f"... {len(loop) - 4} more ...", loop[-1]]
+        path = " -> ".join([*shown, loop[0]])
         for span_id in loop:
             on_loop.add(span_id)
             span_parent[span_id] = None
