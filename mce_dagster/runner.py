@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from .errors import UnknownMetricError, UnknownSessionError
+from .errors import UnknownSessionError
 from .graph import open_graph
 from .settings import Settings
 
@@ -105,6 +105,12 @@ def compute_sessions(
     outcome = ComputeOutcome(sessions=len(ids))
     if not ids:
         return outcome
+    selection = None
+    if metrics:  # resolved before anything is registered: a typo changes nothing
+        from .defs.assets import SESSION_CONTEXT_KEY, asset_key
+
+        keys = [m.key for name in metrics for m in catalog.resolve(name)]
+        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in catalog.closure(keys))]
     known = open_graph().existing_sessions(ids)
     absent = [k for k in ids if k not in known]
     if absent:
@@ -115,20 +121,6 @@ def compute_sessions(
     if new:
         instance.add_dynamic_partitions("sessions", new)
     ordered = instance.get_dynamic_partitions("sessions")
-
-    selection = None
-    if metrics:
-        keys = []
-        for name in metrics:
-            scope, _, metric_name = name.rpartition("/")
-            definition = catalog.find(metric_name)
-            scopes = [s for s in definition.scopes if not scope or s.value == scope]
-            if not scopes:
-                raise UnknownMetricError(f"{metric_name} is not defined at scope {scope}")
-            keys.extend(m.key for m in catalog.metrics.values() if m.definition is definition and m.scope in scopes)
-        from .defs.assets import SESSION_CONTEXT_KEY, asset_key
-
-        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in catalog.closure(keys))]
 
     run_config = QUIET_RUN_CONFIG if quiet else None
     size = batch_size or config.engine.batch_size

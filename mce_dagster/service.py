@@ -33,10 +33,13 @@ def catalog() -> "Catalog":
 # -- ingestion and evaluation -------------------------------------------------
 
 
-def ingest(paths: Sequence[Path | str], batch_size: int = 200, kg: KnowledgeGraph | None = None) -> "IngestReport":
+def ingest(
+    paths: Sequence[Path | str], batch_size: int = 200, replace: bool = False, kg: KnowledgeGraph | None = None
+) -> "IngestReport":
+    """Span exports into the graph; `replace` rebuilds sessions already stored."""
     from .ingest import ingest_paths
 
-    return ingest_paths([Path(p) for p in paths], kg or open_graph(), batch_size=batch_size)
+    return ingest_paths([Path(p) for p in paths], kg or open_graph(), batch_size=batch_size, replace=replace)
 
 
 def parse_metric_list(text: str | None) -> list[str] | None:
@@ -44,7 +47,11 @@ def parse_metric_list(text: str | None) -> list[str] | None:
     absent. A list that names nothing (`","`) is refused, not read as "all"."""
     if text is None:
         return None
+    from .catalog import MetricRef
+
     names = [m.strip() for m in text.split(",") if m.strip()]
+    for name in names:
+        MetricRef.parse(name)  # a malformed name fails before anything runs
     if not names:
         raise UnknownMetricError(f"--metrics {text!r} names no metric (leave it out to run every enabled metric)")
     return names
@@ -83,8 +90,11 @@ def results(
     if not recursive:
         rows = [r for r in rows if r["scope"] == Scope.SESSION.value]
     if metric_ids:
-        wanted = set(metric_ids)
-        rows = [r for r in rows if r["metric"] in wanted or f"{r['provider']}.{r['metric']}" in wanted]
+        from .catalog import MetricRef
+        from .core.metric import DependencyKey
+
+        refs = [MetricRef.parse(t) for t in metric_ids]
+        rows = [r for r in rows if any(ref.matches(DependencyKey(Scope(r["scope"]), r["metric"], r["provider"])) for ref in refs)]
     return rows
 
 

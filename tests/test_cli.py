@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -19,8 +20,8 @@ KEYS = {
 }
 
 
-def mce(home, *args, check=True):
-    env = {**os.environ, "MCE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+def mce(home, *args, check=True, env=None):
+    env = {**os.environ, "MCE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **(env or {})}
     done = subprocess.run([MCE, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
@@ -36,7 +37,38 @@ def test_catalog_commands(mce_home):
     assert "priced as gpt-4o" in shown and "USD" in shown
     assert "native" in mce(mce_home, "provider", "list").stdout
     missing = mce(mce_home, "metric", "show", "Nope", check=False)
-    assert missing.returncode == 1 and "no metric named 'Nope'" in missing.stderr
+    assert missing.returncode == 2 and "no metric named 'Nope'" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1 and "Traceback" not in missing.stderr
+
+
+def test_user_errors_are_one_line_and_exit_2(mce_home, tmp_path):
+    for args, says in (
+        (("compute", "--metrics", ",", "some-session"), "names no metric"),
+        (("compute", "--metrics", "Session/Nope", "some-session"), "no metric named 'Nope'"),
+        (("compute", "never-ingested"), "not in the knowledge graph: never-ingested"),
+        (("compute", "a", "--all"), "not both"),
+    ):
+        done = mce(mce_home, *args, check=False)
+        assert done.returncode == 2, (args, done.stderr)
+        assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
+    config = tmp_path / "bad_config.yaml"
+    config.write_text("metrics:\n  Session: [NoSuchMetric]\n")
+    done = mce(mce_home, "compute", "x", check=False, env={"MCE_CONFIG": str(config)})
+    assert done.returncode == 2 and "NoSuchMetric" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_bug_keeps_its_traceback(mce_home, tmp_path):
+    """Only MCEErrors become one-line messages: anything else is a bug and shows where."""
+    script = (
+        "import mce_dagster.service as s\n"
+        "def broken(*a, **k): raise ZeroDivisionError('a bug')\n"
+        "s.graph_status = broken\n"
+        "from mce_dagster.cli import app\n"
+        "app(['kg', 'status'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MCE_HOME": str(mce_home)})
+    assert done.returncode == 1 and "ZeroDivisionError" in done.stderr and "Traceback" in done.stderr
 
 
 def test_ingest_compute_and_read_back(mce_home, real_traces, tmp_path):

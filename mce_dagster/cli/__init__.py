@@ -1,0 +1,23 @@
+"""`mce`: the commands a person types, one module per command group.
+
+Commands parse arguments, call `mce_dagster.service` and print; they carry no
+logic of their own. Nothing heavy is imported before a command needs it, so
+`mce --help` and the graph commands start without Dagster.
+"""
+
+from __future__ import annotations
+
+from ._output import Commands
+from .demo import commands as demo_commands
+from .evaluate import commands as evaluate_commands
+from .kg import kg_app
+from .metric import metric_app, provider_app
+
+app = Commands(help="Metrics Computation Engine for multi-agent systems, on Dagster.", no_args_is_help=True)
+app.add_typer(evaluate_commands)  # no name: `mce ingest`, `mce compute` at the top
+app.add_typer(demo_commands)
+app.add_typer(metric_app, name="metric")
+app.add_typer(provider_app, name="provider")
+app.add_typer(kg_app, name="kg")
+
+__all__ = ["app"]

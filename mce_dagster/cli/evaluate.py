@@ -1,0 +1,87 @@
+"""`mce ingest` and `mce compute`: traces into the graph, metrics over them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from .. import service
+from ._output import Commands, err, out
+
+commands = Commands()
+
+
+@commands.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="OpenTelemetry span export files (JSON).")],
+    batch_size: Annotated[int, typer.Option(help="Sessions per write batch.")] = 200,
+    strict: Annotated[bool, typer.Option(help="Exit 1 if any row could not be placed.")] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(help="Rebuild sessions already in the graph from the rows of these files (their metric results are deleted)."),
+    ] = False,
+) -> None:
+    """Read span exports into the knowledge graph. Rows of a session already in the
+    graph are never merged into it: identical rows change nothing, other rows are
+    reported (use --replace to rebuild the session from these files)."""
+    started = time.perf_counter()
+    report = service.ingest(paths, batch_size=batch_size, replace=replace)
+    elapsed = time.perf_counter() - started
+    for problem in report.problems[:100]:
+        err.print(f"[yellow]row not placed:[/yellow] {escape(str(problem))}", highlight=False)
+    if report.problem_count > 100:
+        err.print(f"[yellow]... and {report.problem_count - 100} more rows not placed[/yellow]")
+    for notice in report.notices[:20]:
+        err.print(f"[cyan]row placed with a caveat:[/cyan] {escape(str(notice))}", highlight=False)
+    if report.notice_count > 20:
+        err.print(f"[cyan]... and {report.notice_count - 20} more rows placed with a caveat[/cyan]")
+    for notice in report.file_notices:
+        err.print(f"[cyan]file read with repairs:[/cyan] {escape(notice)}", highlight=False)
+    for error in report.file_errors:
+        err.print(f"[red]file error:[/red] {escape(error)}", highlight=False)
+    unchanged = f"; {len(report.unchanged)} already stored unchanged" if report.unchanged else ""
+    out.print(
+        f"ingested {len(report.sessions)} sessions ({report.spans} spans) from {report.files} file(s) "
+        f"in {elapsed:.2f} s{unchanged}; {report.problem_count} row(s) not placed"
+    )
+    if report.ingested == 0:
+        err.print(f"[red]nothing ingested:[/red] {escape(report.nothing_ingested_reason())}", highlight=False)
+        raise typer.Exit(1)
+    if report.file_errors or (strict and report.problem_count):
+        raise typer.Exit(1)
+
+
+@commands.command()
+def compute(
+    session_ids: Annotated[Optional[list[str]], typer.Argument(help="Session ids.")] = None,
+    all_sessions: Annotated[bool, typer.Option("--all", help="Every session in the graph.")] = False,
+    metrics: Annotated[Optional[str], typer.Option(help="Comma-separated metrics (e.g. Duration,Session/Cost).")] = None,
+) -> None:
+    """Evaluate metrics on sessions through the Dagster definitions."""
+    selected = service.parse_metric_list(metrics)
+    ids = service.sessions_to_evaluate(session_ids or [], all_sessions)
+    started = time.perf_counter()
+    outcome = service.compute(ids, selected)
+    elapsed = time.perf_counter() - started
+    out.print(f"evaluated {outcome.sessions} session(s) in {len(outcome.runs)} Dagster run(s), {elapsed:.1f} s")
+    report_failed_entities(outcome.failed_entities)
+    if not outcome.success:
+        err.print(f"[red]failed runs:[/red] {', '.join(outcome.failed_runs)} (see `dagster dev` for the logs)")
+        raise typer.Exit(1)
+    if outcome.failed_entities:
+        raise typer.Exit(1)
+
+
+def report_failed_entities(failed: dict[str, int]) -> None:
+    if not failed:
+        return
+    listed = ", ".join(f"{name} on {n}" for name, n in sorted(failed.items()))
+    err.print(
+        f"[red]metrics failed:[/red] {listed} entit{'y' if sum(failed.values()) == 1 else 'ies'}; "
+        "nothing is stored for those, the other results are (the run's logs and the asset's "
+        "`failures` metadata in `dagster dev` say why)"
+    )

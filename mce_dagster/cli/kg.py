@@ -1,0 +1,66 @@
+"""`mce kg`: the knowledge graph, and the results stored in it."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .. import service
+from ._output import Commands, err, fmt, out
+
+kg_app = Commands(help="The knowledge graph.", no_args_is_help=True)
+kg_metric_app = Commands(help="Metric results stored in the graph.", no_args_is_help=True)
+kg_app.add_typer(kg_metric_app, name="metric")
+
+
+@kg_metric_app.command("get")
+def kg_metric_get(
+    session_id: str,
+    recursive: Annotated[bool, typer.Option(help="Include results on the session's calls.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Read a session's metric results back from the graph."""
+    rows = service.results(session_id, recursive=recursive)
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    if not rows:
+        err.print(f"[yellow]no results stored for session {session_id}[/yellow]")
+        raise typer.Exit(1)
+    table = Table("scope", "entity", "metric", "value", "num/den", "note")
+    for r in rows:
+        ratio = f"{fmt(r['numerator'])}/{fmt(r['denominator'])}" if r["denominator"] is not None else ""
+        table.add_row(r["scope"], r["entity_id"][-16:], r["metric"], fmt(r["value"]), ratio, (r["reasoning"] or "")[:60])
+    out.print(table)
+
+
+@kg_app.command("status")
+def kg_status() -> None:
+    """Where the graph is and what it holds."""
+    status = service.graph_status()
+    out.print(status.where)
+    out.print(f"sessions: {status.sessions}   metric results: {status.results}")
+
+
+@kg_app.command("stop")
+def kg_stop() -> None:
+    """Stop the embedded graph server (its data stays under MCE_HOME)."""
+    out.print("stopped" if service.stop_graph() else "not running")
+
+
+@kg_app.command("check")
+def kg_check() -> None:
+    """Resolve every graph property the catalog's metrics read against the live graph."""
+    report = service.check_graph()
+    if report.empty_labels:
+        out.print(f"[yellow]no nodes yet to check:[/yellow] {', '.join(report.empty_labels)}")
+    for u in report.unset:
+        out.print(f"[yellow]optional, set on no node sampled:[/yellow] {u}")
+    for m in report.missing:
+        err.print(f"[red]not in the graph:[/red] {m}")
+    if not report.ok:
+        raise typer.Exit(1)
+    out.print(f"OK {report.metrics} metrics resolve against the graph ({report.checked} property references checked)")

@@ -1,0 +1,134 @@
+"""The import rules of the layout, and what each entry point loads.
+
+The rules (see the README's map): the core imports nothing but itself and the
+errors; only `settings` reads the environment; interfaces reach the graph through
+`mce_dagster.graph`, never a backend; commands that need no Dagster, and the
+Dagster code location, import no LLM library.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mce_dagster"
+INTERFACES = ("cli", "client.py", "service.py")
+BACKEND_MODULES = ("mce_dagster.graph.store", "mce_dagster.graph.embedded", "mce_dagster.graph.backends", "falkordb", "neo4j", "redis")
+HEAVY = ("litellm", "deepeval", "ragas", "opik")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of every module the file imports, lazily or not."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _files(*parts: str) -> list[Path]:
+    out: list[Path] = []
+    for part in parts:
+        target = PACKAGE / part
+        out.extend(sorted(target.rglob("*.py")) if target.is_dir() else [target])
+    return out
+
+
+def test_the_rules_see_imports_they_forbid():
+    """The checker itself finds relative, lazy and aliased imports."""
+    probe = PACKAGE / "core" / "__init__.py"
+    assert "mce_dagster.core" in _module_name(probe)
+    found = _imports(PACKAGE / "client.py")
+    assert "mce_dagster.graph" in found and "mce_dagster.service" in found
+
+
+def test_the_core_imports_only_itself_and_the_errors():
+    for path in _files("core"):
+        for name in _imports(path):
+            top = name.split(".")[0]
+            if top == "mce_dagster":
+                assert name.startswith(("mce_dagster.core", "mce_dagster.errors")), f"{path}: imports {name}"
+            else:
+                assert top not in ("dagster", "falkordb", "neo4j", "redis", "litellm", "typer", "rich"), f"{path}: imports {name}"
+
+
+def test_interfaces_do_not_import_graph_backends():
+    for path in _files(*INTERFACES):
+        for name in _imports(path):
+            assert not name.startswith(BACKEND_MODULES), f"{path}: imports {name}; go through mce_dagster.graph"
+
+
+def test_only_settings_reads_the_environment():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "settings.py" and path.parent == PACKAGE:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            reads = (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "getenv")
+                and ast.unparse(node.func.value) in ("os.environ", "os")
+            ) or (
+                isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and ast.unparse(node.value) == "os.environ"
+            ) or (
+                isinstance(node, ast.Compare) and any(ast.unparse(c) == "os.environ" for c in node.comparators)
+            )
+            if reads:
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders, "read the environment through mce_dagster.settings:\n" + "\n".join(offenders)
+
+
+def _loaded_by(code: str, env: dict[str, str] | None = None) -> set[str]:
+    """Top-level packages in sys.modules after running `code` in a fresh interpreter."""
+    script = code + "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+        env={**os.environ, **(env or {})}, cwd=PACKAGE.parent,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _cli(*args: str) -> str:
+    return (
+        "from typer.testing import CliRunner\n"
+        "from mce_dagster.cli import app\n"
+        f"result = CliRunner().invoke(app, {list(args)!r})\n"
+        "assert result.exit_code in (0, 1), (result.exit_code, result.output, result.exception)\n"
+    )
+
+
+def test_help_and_the_code_location_import_no_llm_library():
+    assert not _loaded_by(_cli("--help")) & {"dagster", *HEAVY}
+    loaded = _loaded_by("import mce_dagster.definitions")
+    assert "dagster" in loaded  # the probe sees what it should
+    assert not loaded & set(HEAVY)
+
+
+@pytest.mark.parametrize("command", [("kg", "status"), ("kg", "metric", "get", "absent-session"), ("ingest", "absent.json")])
+def test_commands_that_need_no_dagster_do_not_import_it(command, mce_home):
+    loaded = _loaded_by(_cli(*command), env={"MCE_HOME": str(mce_home)})
+    assert "falkordb" in loaded or command[0] == "ingest"
+    assert "dagster" not in loaded, f"mce {' '.join(command)} imported dagster"
