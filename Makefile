@@ -5,7 +5,7 @@ VENV := .venv
 INSTALLED := $(VENV)/.installed
 UV_VERSION := 0.13.8
 
-.PHONY: install demo test bench dev clean
+.PHONY: install demo test bench dev clean services services-stop
 
 $(INSTALLED): pyproject.toml uv.lock
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -31,3 +31,13 @@ bench: install
 clean:
 	-$(VENV)/bin/mce kg stop
 	rm -rf $(VENV) .mce
+
+# Real Neo4j 5, RabbitMQ and PostgreSQL on loopback (services/services.sh), idempotent:
+#   eval "$$(make -s services)"
+# Standard output is only `export NAME=value` lines; progress goes to stderr, logs to
+# .mce/services/. services-stop stops what services started, and only that.
+services:
+	@bash services/services.sh up
+
+services-stop:
+	@bash services/services.sh down
