@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .core.summary import summarize_values
 
 RESULT_FIELDS: tuple[tuple[str, str], ...] = (
     ("metric", "name"),
@@ -55,12 +56,8 @@ def summarize(results: Iterable[Mapping[str, Any]]) -> list[MetricSummary]:
         groups[(r["scope"], r["metric"])].append(r)
     out = []
     for (scope, metric), rows in sorted(groups.items(), key=lambda kv: (kv[0][0] != "Session", kv[0])):
-        values = [float(r["value"]) for r in rows]
-        ratio_rows = [r for r in rows if r.get("denominator")]
-        pooled = None
-        if ratio_rows and len(ratio_rows) == len(rows):
-            pooled = sum(r["numerator"] for r in ratio_rows) / sum(r["denominator"] for r in ratio_rows)
-        out.append(MetricSummary(metric, scope, len(rows), statistics.fmean(values), min(values), max(values), pooled))
+        s = summarize_values((r["value"], r.get("numerator"), r.get("denominator")) for r in rows)
+        out.append(MetricSummary(metric, scope, s.count, s.mean, s.minimum, s.maximum, s.pooled))
     return out
 
 

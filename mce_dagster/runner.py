@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from .defs.partitions import SESSIONS
 from .errors import UnknownSessionError
 from .graph import open_graph
 from .settings import Settings
@@ -116,11 +117,11 @@ def compute_sessions(
     if absent:
         raise UnknownSessionError(absent)
     instance = instance or dagster_instance()
-    existing = set(instance.get_dynamic_partitions("sessions"))
+    existing = set(instance.get_dynamic_partitions(SESSIONS))
     new = [k for k in ids if k not in existing]
     if new:
-        instance.add_dynamic_partitions("sessions", new)
-    ordered = instance.get_dynamic_partitions("sessions")
+        instance.add_dynamic_partitions(SESSIONS, new)
+    ordered = instance.get_dynamic_partitions(SESSIONS)
 
     run_config = QUIET_RUN_CONFIG if quiet else None
     size = batch_size or config.engine.batch_size

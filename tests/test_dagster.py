@@ -197,3 +197,17 @@ def test_the_webserver_serves_the_asset_graph(mce_home, tmp_path):
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_results_that_do_not_fit_are_rejected_with_the_reason():
+    from mce_dagster.core.metric import MetricValue
+    from mce_dagster.defs.io_managers import to_result_nodes
+
+    metric = {"name": "Probe", "provider": "native", "scope": "Session", "version": 1, "asset": "Session/Probe", "value_range": [0, 1]}
+    values = {"s": {"a": MetricValue(0.5), "b": MetricValue(float("nan")), "c": MetricValue(float("inf")), "d": MetricValue(2.0)}}
+    nodes, rejected = to_result_nodes(metric, values, "run", 0.0)
+    assert [n.entityId for n in nodes] == ["a"]
+    reasons = dict(r.split(": ", 1) for r in rejected)
+    assert "not a finite number" in reasons["Session/Probe on b (session s)"]
+    assert "outside the metric's range" in reasons["Session/Probe on c (session s)"]
+    assert "outside the metric's range" in reasons["Session/Probe on d (session s)"]

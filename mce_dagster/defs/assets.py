@@ -6,7 +6,6 @@ The asset graph is the metric dependency graph: every metric asset reads
 
 
 import json
-import statistics
 from collections.abc import Callable
 
 import dagster as dg
@@ -17,6 +16,8 @@ from ..core.evaluate import evaluate_metric
 from ..core.metric import DependencyKey, PriceLookup
 from ..core.models import MetricNode
 from ..core.ontology import Label
+from ..core.summary import summarize_values
+from ..errors import UnknownSessionError
 from .io_managers import METRIC_METADATA_KEY
 from .partitions import sessions_partitions
 from .resources import KnowledgeGraphResource
@@ -46,10 +47,7 @@ def session_context(context: dg.AssetExecutionContext, knowledge_graph: Knowledg
     contexts = knowledge_graph.open().read_contexts(keys)
     absent = [k for k in keys if k not in contexts]
     if absent:
-        raise dg.Failure(
-            f"{len(absent)} session(s) are not in the knowledge graph: {', '.join(absent[:10])}",
-            metadata={"absent": absent[:100]},
-        )
+        raise dg.Failure(str(UnknownSessionError(absent)), metadata={"absent": absent[:100]})
     calls = {label.value: sum(len(c.calls(label)) for c in contexts.values()) for label in (Label.AGENT_CALL, Label.LLM_CALL, Label.TOOL_CALL)}
     return dg.Output(contexts, metadata={"sessions": len(contexts), **{f"{k} nodes": v for k, v in calls.items()}})
 
@@ -68,13 +66,14 @@ def metric_node(metric: CatalogMetric) -> MetricNode:
 
 
 def _summary(values: dict[str, dict]) -> dict[str, float]:
-    flat = [v.value for by_entity in values.values() for v in by_entity.values()]
-    if not flat:
+    summary = summarize_values(
+        (v.value, v.numerator, v.denominator) for by_entity in values.values() for v in by_entity.values()
+    )
+    if summary is None:
         return {}
-    out = {"mean": statistics.fmean(flat), "min": min(flat), "max": max(flat)}
-    ratios = [v for by_entity in values.values() for v in by_entity.values() if v.denominator]
-    if ratios:
-        out["pooled (sum num / sum den)"] = sum(v.numerator for v in ratios) / sum(v.denominator for v in ratios)
+    out = {"mean": summary.mean, "min": summary.minimum, "max": summary.maximum}
+    if summary.pooled is not None:
+        out["pooled (sum num / sum den)"] = summary.pooled
     return out
 
 

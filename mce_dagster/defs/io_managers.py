@@ -7,18 +7,19 @@ assets downstream of it; across runs or processes it is read back from the graph
 
 
 import json
-import math
 import threading
 import time
 from collections import OrderedDict
 from typing import Any
 
 import dagster as dg
+from pydantic import ValidationError
 
 from ..core.context import SessionContext
 from ..core.metric import MetricValue
 from ..core.models import MetricNode, MetricResultNode, result_id
 from ..core.ontology import Scope
+from ..errors import UnknownSessionError
 from .resources import KnowledgeGraphResource
 
 METRIC_METADATA_KEY = "mce/metric"
@@ -74,14 +75,8 @@ class SessionContextIOManager(dg.ConfigurableIOManager):
             found.update(self.knowledge_graph.open().read_contexts(missing))
         absent = [k for k in keys if k not in found]
         if absent:
-            raise dg.Failure(
-                f"{len(absent)} session(s) are not in the knowledge graph: {', '.join(absent[:10])}"
-            )
+            raise dg.Failure(str(UnknownSessionError(absent)))
         return found
-
-
-def _finite(x: float | None) -> bool:
-    return x is None or math.isfinite(x)
 
 
 def to_result_nodes(
@@ -95,9 +90,6 @@ def to_result_nodes(
             where = f"{metric['asset']} on {entity_id} (session {session_id})"
             if not isinstance(value.value, (int, float)) or isinstance(value.value, bool):
                 rejected.append(f"{where}: value {value.value!r} is not a number")
-                continue
-            if not all(_finite(x) for x in (value.value, value.numerator, value.denominator)):
-                rejected.append(f"{where}: value {value.value!r} is not finite")
                 continue
             if (lo is not None and value.value < lo - 1e-12) or (hi is not None and value.value > hi + 1e-12):
                 rejected.append(f"{where}: value {value.value!r} is outside the metric's range [{lo}, {hi}]")
@@ -127,8 +119,8 @@ def to_result_nodes(
                         runId=run_id,
                     )
                 )
-            except ValueError as exc:
-                rejected.append(f"{where}: {exc}")
+            except ValidationError as exc:  # not finite, or a field that does not fit
+                rejected.append(f"{where}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     return nodes, rejected
 
 
