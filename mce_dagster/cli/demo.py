@@ -11,8 +11,8 @@ from rich.table import Table
 
 from .. import service
 from ..settings import Settings
-from ._output import Commands, err, fmt, out
-from .evaluate import report_failed_entities
+from ._output import Commands, fmt, out
+from .evaluate import evaluate, report_failures
 
 commands = Commands()
 
@@ -55,14 +55,9 @@ def demo(
         f"({len(report.sessions) / max(elapsed, 1e-9):,.0f} sessions/s); {len(report.problems)} row(s) not placed"
     )
 
-    started = time.perf_counter()
-    outcome = service.compute(report.sessions)
-    elapsed = time.perf_counter() - started
+    outcome, elapsed = evaluate(report.sessions)
     out.print(f"3. evaluated them in {len(outcome.runs)} Dagster run(s) in {elapsed:.1f} s")
-    report_failed_entities(outcome.failed_entities)
-    if not outcome.success:
-        err.print(f"[red]failed runs: {', '.join(outcome.failed_runs)}[/red]")
-        raise typer.Exit(1)
+    report_failures(outcome)
 
     results = service.session_results(report.sessions)
     table = Table("scope", "metric", "entities", "mean", "min", "max", "sum/sum", title=f"{len(results):,} results")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
 
 from .. import service
 from ._output import Commands, err, out
+
+if TYPE_CHECKING:
+    from ..runner import ComputeOutcome
 
 commands = Commands()
 
@@ -64,19 +67,30 @@ def compute(
     """Evaluate metrics on sessions through the Dagster definitions."""
     selected = service.parse_metric_list(metrics)
     ids = service.sessions_to_evaluate(session_ids or [], all_sessions)
-    started = time.perf_counter()
-    outcome = service.compute(ids, selected)
-    elapsed = time.perf_counter() - started
+    outcome, elapsed = evaluate(ids, selected)
     out.print(f"evaluated {outcome.sessions} session(s) in {len(outcome.runs)} Dagster run(s), {elapsed:.1f} s")
-    report_failed_entities(outcome.failed_entities)
-    if not outcome.success:
-        err.print(f"[red]failed runs:[/red] {', '.join(outcome.failed_runs)} (see `dagster dev` for the logs)")
-        raise typer.Exit(1)
+    report_failures(outcome)
     if outcome.failed_entities:
         raise typer.Exit(1)
 
 
-def report_failed_entities(failed: dict[str, int]) -> None:
+def evaluate(ids: list[str], metrics: list[str] | None = None) -> tuple["ComputeOutcome", float]:
+    started = time.perf_counter()
+    outcome = service.compute(ids, metrics)
+    return outcome, time.perf_counter() - started
+
+
+def report_failures(outcome: "ComputeOutcome") -> None:
+    """Name the metrics that failed on some entities; exit 1 when a run failed."""
+    failed = outcome.failed_entities
+    if not outcome.success:
+        _report_failed_entities(failed)
+        err.print(f"[red]failed runs:[/red] {', '.join(outcome.failed_runs)} (see `dagster dev` for the logs)")
+        raise typer.Exit(1)
+    _report_failed_entities(failed)
+
+
+def _report_failed_entities(failed: dict[str, int]) -> None:
     if not failed:
         return
     listed = ", ".join(f"{name} on {n}" for name, n in sorted(failed.items()))

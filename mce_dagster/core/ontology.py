@@ -75,13 +75,7 @@ class Scope(StrEnum):
     POPULATION = "Population"
 
 
-CALL_SCOPES: tuple[Scope, ...] = (
-    Scope.MAS_CALL,
-    Scope.AGENT_CALL,
-    Scope.TASK_CALL,
-    Scope.LLM_CALL,
-    Scope.TOOL_CALL,
-)
+CALL_SCOPES: tuple[Scope, ...] = tuple(Scope(label.value) for label in CALL_LABELS)
 
 # Properties of execution nodes read back into a session context. Large text
 # (states, message lists) is read only by the metrics that need it.
