@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from .context import SessionContext
 from .metric import (
@@ -13,6 +13,7 @@ from .metric import (
     EvaluationInput,
     MetricFailure,
     MetricFunction,
+    MetricSpec,
     MetricValue,
     NotApplicable,
     PriceLookup,
@@ -28,7 +29,7 @@ class EvaluableMetric(Protocol):
     scope: Scope
     compute: MetricFunction
     dependencies: tuple[DependencyKey, ...]
-    definition: Any
+    definition: MetricSpec
 
 
 @dataclass(frozen=True)

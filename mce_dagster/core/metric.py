@@ -73,6 +73,27 @@ class ModelPrice:
     priced_as: str | None = None
 
 
+class AggregationSpec(Protocol):
+    """What an aggregate reads of its definition: `avg` of `LLMCall/Duration`, say."""
+
+    @property
+    def function(self) -> str: ...
+
+    @property
+    def of_key(self) -> DependencyKey: ...
+
+
+class MetricSpec(Protocol):
+    """What the core reads of a metric's definition. The catalog's pydantic model
+    provides it; the core does not import the catalog."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def aggregate(self) -> AggregationSpec | None: ...
+
+
 @dataclass(frozen=True)
 class EvaluationInput:
     """Everything a metric function may read: the session, its dependencies' results
@@ -82,7 +103,7 @@ class EvaluationInput:
     dependencies: Mapping[DependencyKey, Mapping[str, MetricValue]]
     prices: PriceLookup | None = None
     # The definition being evaluated, for generic functions (aggregates).
-    definition: Any = None
+    definition: MetricSpec | None = None
 
 
 MetricFunction = Callable[[Node, EvaluationInput], Outcome]

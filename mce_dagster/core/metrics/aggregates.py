@@ -18,7 +18,9 @@ AGGREGATE_FUNCTIONS: dict[str, Callable[[Sequence[float]], float]] = {
 def aggregate(entity: Node, inp: EvaluationInput) -> Outcome:
     """Aggregate the results of the definition's `aggregate.of` metric beneath the
     session. An average keeps its sum and count as numerator and denominator."""
-    spec = inp.definition.aggregate
+    spec = inp.definition.aggregate if inp.definition else None
+    if spec is None:
+        raise MetricFailure("aggregate() evaluates only definitions of kind aggregate")
     of = spec.of_key
     results = inp.dependencies.get(of)
     if results is None:
