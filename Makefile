@@ -21,12 +21,23 @@ demo: install
 test: install
 	$(VENV)/bin/python -m pytest
 
-# The Dagster UI on the local instance the CLI and the demo write to.
+# The Dagster UI on the instance the CLI and the demo write to: $DAGSTER_HOME and
+# $MCE_HOME when set (else .mce/dagster and .mce), its dagster.yaml written or
+# upgraded first; events stored in batches, as in the runs `mce` starts.
 dev: install
-	DAGSTER_HOME=$(CURDIR)/.mce/dagster $(VENV)/bin/dagster dev -w workspace.yaml
+	@export MCE_HOME="$${MCE_HOME:-$(CURDIR)/.mce}"; \
+	export DAGSTER_HOME="$${DAGSTER_HOME:-$$MCE_HOME/dagster}"; \
+	export DAGSTER_EVENT_BATCH_SIZE="$${DAGSTER_EVENT_BATCH_SIZE:-1000}"; \
+	$(VENV)/bin/python -m mce_dagster.instance.local "$$DAGSTER_HOME" && \
+	exec $(VENV)/bin/dagster dev -w workspace.yaml
 
 bench: install
 	$(VENV)/bin/python bench/evaluate.py
+
+# What Dagster's bookkeeping costs per (asset, partition) on each instance storage.
+.PHONY: bench-bookkeeping
+bench-bookkeeping: install
+	$(VENV)/bin/python bench/bookkeeping.py
 
 clean:
 	-$(VENV)/bin/mce kg stop

@@ -6,7 +6,6 @@ Runs are recorded in the Dagster instance under DAGSTER_HOME (default
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ import dagster as dg
 from .defs.partitions import SESSIONS
 from .errors import UnknownSessionError
 from .graph import open_graph
+from .instance.local import LOCAL_INSTANCE_YAML, open_local_instance, run_tags, set_run_environment  # noqa: F401
 from .settings import Settings
 
 RANGE_START = "dagster/asset_partition_range_start"
@@ -26,25 +26,14 @@ def default_dagster_home() -> Path:
     return Settings.from_env().dagster_home
 
 
-LOCAL_INSTANCE_YAML = """\
-# A local Dagster instance (SQLite under this folder), made by mce.
-# For production settings see dagster.yaml at the root of the project.
-telemetry:
-  enabled: false
-"""
-
 # Dagster's console logger prints every event at DEBUG; the CLI shows warnings.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def dagster_instance() -> dg.DagsterInstance:
-    home = default_dagster_home()
-    home.mkdir(parents=True, exist_ok=True)
-    config = home / "dagster.yaml"
-    if not config.exists():
-        config.write_text(LOCAL_INSTANCE_YAML)
-    os.environ["DAGSTER_HOME"] = str(home)
-    return dg.DagsterInstance.get()
+    """The instance under DAGSTER_HOME: its dagster.yaml written or upgraded, runs
+    whose process died marked failed."""
+    return open_local_instance(default_dagster_home())
 
 
 @dataclass
@@ -124,9 +113,10 @@ def compute_sessions(
     ordered = instance.get_dynamic_partitions(SESSIONS)
 
     run_config = QUIET_RUN_CONFIG if quiet else None
+    set_run_environment()
     size = batch_size or config.engine.batch_size
     for batch in contiguous_ranges(ids, ordered, size):
-        tags = {RANGE_START: batch[0], RANGE_END: batch[-1]}
+        tags = {RANGE_START: batch[0], RANGE_END: batch[-1], **run_tags()}
         if selection is None:
             result = defs.resolve_job_def(EVALUATE_JOB).execute_in_process(
                 instance=instance, tags=tags, raise_on_error=raise_on_error, run_config=run_config

@@ -1,0 +1,155 @@
+"""The local Dagster instance `mce` keeps under DAGSTER_HOME: its dagster.yaml, the
+environment its runs need, and runs whose process died marked failed.
+
+    python -m mce_dagster.instance.local [DAGSTER_HOME]   # what `make dev` runs first
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .processes import HOST_TAG, hostname, tagged_process_gone, this_process_tags
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+#: Every dagster.yaml mce writes starts with this; mce rewrites such a file when
+#: its content differs from what this version writes (an older format, a moved folder).
+MARKER = "# A local Dagster instance (SQLite under this folder), made by mce"
+
+# Events a run stores in one write: planned materializations at run start, a metric
+# asset's materializations for the run's partitions. 0 writes them one by one.
+EVENT_BATCH_SIZE = "1000"
+
+LOCAL_INSTANCE_YAML = """\
+{marker}, format 2.
+# Delete the line above to keep your own edits: mce then leaves this file alone.
+# For production settings see dagster.yaml at the root of the project.
+# Dagster's SQLite layout (history/, history/runs/, schedules/ under this folder);
+# the event log keeps its connections and writes a batch of events at once.
+run_storage:
+  module: dagster._core.storage.runs
+  class: SqliteRunStorage
+  config:
+    base_dir: {runs}
+event_log_storage:
+  module: mce_dagster.instance.sqlite
+  class: PooledSqliteEventLogStorage
+  config:
+    base_dir: {events}
+schedule_storage:
+  module: dagster._core.storage.schedules
+  class: SqliteScheduleStorage
+  config:
+    base_dir: {schedules}
+# Runs the UI launches: the monitoring daemon fails those whose process is gone.
+run_launcher:
+  module: mce_dagster.instance.launcher
+  class: MonitoredRunLauncher
+run_monitoring:
+  enabled: true
+  max_resume_run_attempts: 0
+telemetry:
+  enabled: false
+"""
+
+
+def local_instance_yaml(home: Path) -> str:
+    # JSON strings are YAML strings: any path quotes safely.
+    home = home.resolve()
+    return LOCAL_INSTANCE_YAML.format(
+        marker=MARKER,
+        runs=json.dumps(f"{home}/history/"),
+        events=json.dumps(f"{home}/history/runs/"),
+        schedules=json.dumps(f"{home}/schedules"),
+    )
+
+
+def write_local_config(home: Path) -> bool:
+    """Write DAGSTER_HOME/dagster.yaml if absent or made by another version of mce;
+    a file without the marker is the user's and stays. True when written."""
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    wanted = local_instance_yaml(home)
+    if config.exists():
+        current = config.read_text()
+        if current == wanted or not current.startswith(MARKER):
+            return False
+    tmp = config.with_name(f".dagster.yaml.{os.getpid()}")
+    tmp.write_text(wanted)
+    tmp.replace(config)  # atomic: a webserver reading it never sees half a file
+    return True
+
+
+def set_run_environment() -> None:
+    """Environment the runs of this process need (the user's setting wins)."""
+    os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE)
+
+
+def run_tags() -> dict[str, str]:
+    """Tags on every run mce starts: which process runs it, so that a later `mce`
+    (or the monitoring daemon) can tell it died."""
+    return this_process_tags()
+
+
+def fail_runs_of_dead_processes(instance: "dg.DagsterInstance") -> list[str]:
+    """Report as failed the unfinished runs that a process of this host started and
+    that process is gone (killed, crashed): through the instance, so the run's event
+    log says why and its planned partitions show as failed. Returns their ids."""
+    import dagster as dg
+    from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
+
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(statuses=[*IN_PROGRESS_RUN_STATUSES, dg.DagsterRunStatus.CANCELING], tags={HOST_TAG: hostname()})
+    )
+    failed = []
+    for record in records:
+        run = record.dagster_run
+        if not tagged_process_gone(run.tags):
+            continue
+        current = instance.get_run_by_id(run.run_id)
+        if current is None or current.is_finished:
+            continue
+        instance.report_run_failed(
+            current,
+            f"The process that ran this run (pid {run.tags['mce/pid']} on {run.tags[HOST_TAG]}) is gone: "
+            "it was killed or crashed before the run ended. Marked failed by mce.",
+        )
+        failed.append(run.run_id)
+    return failed
+
+
+def open_local_instance(home: Path) -> "dg.DagsterInstance":
+    """The instance under `home`, as `mce` uses it: config written or upgraded, the
+    run environment set, runs of dead processes failed."""
+    import dagster as dg
+
+    write_local_config(home)
+    os.environ["DAGSTER_HOME"] = str(home)
+    set_run_environment()
+    instance = dg.DagsterInstance.get()
+    fail_runs_of_dead_processes(instance)
+    return instance
+
+
+def main(argv: list[str]) -> int:
+    from ..settings import Settings
+
+    import dagster as dg
+
+    home = Path(argv[0]).resolve() if argv else Settings.from_env().dagster_home
+    written = write_local_config(home)
+    os.environ["DAGSTER_HOME"] = str(home)
+    with dg.DagsterInstance.get() as instance:
+        failed = fail_runs_of_dead_processes(instance)
+    state = "written" if written else "kept"
+    print(f"{home / 'dagster.yaml'}: {state}; runs of dead processes marked failed: {len(failed)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
