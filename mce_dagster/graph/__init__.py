@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 
+from ..errors import ConfigurationError
 from ..settings import Settings
 from .store import GraphBackend, KnowledgeGraph
 
@@ -17,7 +18,21 @@ _LOCK = threading.Lock()
 
 
 def _key(settings: Settings) -> tuple[str, ...]:
+    if settings.graph_backend == "neo4j":
+        return ("neo4j", settings.neo4j_uri or "", settings.neo4j_user, settings.neo4j_database or "")
     return ("embedded", str(settings.mce_home), settings.graph_name)
+
+
+def _open_backend(settings: Settings) -> GraphBackend:
+    if settings.graph_backend == "neo4j":
+        from .neo4j import Neo4jBackend
+
+        return Neo4jBackend(
+            settings.neo4j_uri or "", settings.neo4j_user, settings.neo4j_password, settings.neo4j_database
+        )
+    from .store import embedded_backend
+
+    return embedded_backend(settings.mce_home, settings.graph_name)
 
 
 def open_graph(settings: Settings | None = None) -> KnowledgeGraph:
@@ -26,9 +41,7 @@ def open_graph(settings: Settings | None = None) -> KnowledgeGraph:
     key = _key(settings)
     with _LOCK:
         if key not in _OPEN:
-            from .store import embedded_backend
-
-            _OPEN[key] = KnowledgeGraph(embedded_backend(settings.mce_home, settings.graph_name))
+            _OPEN[key] = KnowledgeGraph(_open_backend(settings))
         return _OPEN[key]
 
 
@@ -37,6 +50,8 @@ def describe(settings: Settings | None = None) -> str:
     from .embedded import EmbeddedFalkorDB
 
     settings = settings or Settings.from_env()
+    if settings.graph_backend == "neo4j":
+        return f"Neo4j at {settings.neo4j_uri} as {settings.neo4j_user}, database {settings.neo4j_database or '(default)'}"
     server = EmbeddedFalkorDB(settings.mce_home)
     return f"embedded FalkorDB at {server.socket_path} (pid {server.pid()}), graph {settings.graph_name!r}"
 
@@ -46,6 +61,8 @@ def stop_embedded_server(settings: Settings | None = None) -> bool:
     from .embedded import EmbeddedFalkorDB
 
     settings = settings or Settings.from_env()
+    if settings.graph_backend == "neo4j":
+        raise ConfigurationError("the graph is Neo4j (NEO4J_URI is set): mce does not stop a server it did not start")
     with _LOCK:
         for key in [k for k in _OPEN if k[1] == str(settings.mce_home)]:
             _OPEN.pop(key).close()

@@ -23,16 +23,26 @@ def _projection(props: tuple[str, ...]) -> str:
     return "{" + ", ".join(f".{p}" for p in props) + "}"
 
 
-def index_statements() -> list[str]:
+# (label, property, unique): ids are unique across the graph (design 01); the rest
+# are lookups. Neo4j enforces the unique ones as constraints (which are indexes
+# too); FalkorDB's constraints take another syntax, so it gets plain indexes.
+SCHEMA: tuple[tuple[Label, str, bool], ...] = (
+    *((label, "id", True) for label in (*EXECUTION_LABELS, Label.SPAN, Label.STATE, Label.METRIC_RESULT)),
+    *((label, "sessionId", False) for label in (*EXECUTION_LABELS, Label.SPAN, Label.STATE, Label.METRIC_RESULT)),
+    *((label, "name", False) for label in (Label.AGENT, Label.TOOL, Label.LLM, Label.METRIC)),
+)
+
+
+def index_statements(dialect: str = "falkordb") -> list[str]:
+    """The schema as statements for one backend (`falkordb` or `neo4j`)."""
     statements = []
-    for label in (*EXECUTION_LABELS, Label.SPAN):
-        statements.append(f"CREATE INDEX FOR (n:{label}) ON (n.id)")
-        statements.append(f"CREATE INDEX FOR (n:{label}) ON (n.sessionId)")
-    for label in (Label.AGENT, Label.TOOL, Label.LLM, Label.METRIC):
-        statements.append(f"CREATE INDEX FOR (n:{label}) ON (n.name)")
-    statements.append(f"CREATE INDEX FOR (n:{Label.STATE}) ON (n.id)")
-    statements.append(f"CREATE INDEX FOR (n:{Label.METRIC_RESULT}) ON (n.id)")
-    statements.append(f"CREATE INDEX FOR (n:{Label.METRIC_RESULT}) ON (n.sessionId)")
+    for label, prop, unique in SCHEMA:
+        if dialect == "neo4j" and unique:
+            statements.append(f"CREATE CONSTRAINT IF NOT EXISTS FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE")
+        elif dialect == "neo4j":
+            statements.append(f"CREATE INDEX IF NOT EXISTS FOR (n:{label}) ON (n.{prop})")
+        else:
+            statements.append(f"CREATE INDEX FOR (n:{label}) ON (n.{prop})")
     return statements
 
 

@@ -147,7 +147,7 @@ class KnowledgeGraph:
 
     def __init__(self, backend: GraphBackend):
         self.backend = backend
-        self.backend.ensure_indexes(cypher.index_statements())
+        self.backend.ensure_indexes(cypher.index_statements(backend.name))
 
     def close(self) -> None:
         self.backend.close()

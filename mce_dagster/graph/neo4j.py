@@ -1,0 +1,77 @@
+"""Neo4j 5 through the official driver: the production backend.
+
+Each `write` is one managed transaction, so a batch lands whole or not at all, and
+the driver retries it on transient errors (a leader switch, a deadlock, a dropped
+connection) within `max_transaction_retry_time`. Reads are auto-commit queries.
+The driver is imported here only, so nothing else pays for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import neo4j
+from neo4j.exceptions import ClientError, Neo4jError, ServiceUnavailable, SessionExpired, TransientError
+
+from ..errors import ServiceError
+
+
+def _plain(value: Any) -> Any:
+    """Driver values (nodes, temporal types) as the plain values FalkorDB returns."""
+    if isinstance(value, (neo4j.graph.Node, neo4j.graph.Relationship)):
+        return dict(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+class Neo4jBackend:
+    name = "neo4j"
+
+    def __init__(self, uri: str, user: str, password: str, database: str | None = None, *, retry_time_s: float = 30.0):
+        self.uri = uri
+        self.database = database or None
+        self._driver = neo4j.GraphDatabase.driver(
+            uri, auth=(user, password), max_transaction_retry_time=retry_time_s, connection_acquisition_timeout=30.0
+        )
+        try:
+            self._driver.verify_connectivity()
+        except (ServiceUnavailable, OSError) as exc:
+            self._driver.close()
+            raise ServiceError(f"Neo4j at {uri} is unreachable: {exc}") from None
+        except Neo4jError as exc:  # authentication, an unknown database
+            self._driver.close()
+            raise ServiceError(f"Neo4j at {uri} refused the connection: {exc.message or exc}") from None
+
+    def _session(self) -> neo4j.Session:
+        return self._driver.session(database=self.database)
+
+    def query(self, statement: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        # A managed transaction too, so that reads are retried on transient errors.
+        return self.write([(statement, params or {})])[0]
+
+    def write(self, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> list[list[dict[str, Any]]]:
+        def work(tx: neo4j.ManagedTransaction) -> list[list[dict[str, Any]]]:
+            return [[{k: _plain(v) for k, v in r.items()} for r in tx.run(s, dict(p))] for s, p in statements]
+
+        try:
+            with self._session() as session:
+                return session.execute_write(work)
+        except (ServiceUnavailable, SessionExpired, TransientError) as exc:
+            raise ServiceError(f"Neo4j at {self.uri} is unreachable (nothing of this transaction was written): {exc}") from None
+
+    def ensure_indexes(self, statements: Sequence[str]) -> None:
+        with self._session() as session:
+            for statement in statements:
+                try:
+                    session.run(statement).consume()
+                except ClientError as exc:
+                    # An index or constraint that exists already, under whatever name.
+                    if "EquivalentSchemaRule" not in (exc.code or "") and "already exists" not in (exc.message or ""):
+                        raise
+
+    def close(self) -> None:
+        self._driver.close()
