@@ -80,9 +80,15 @@ die() {
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
-alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# A live process (a zombie, killed but not yet reaped, is not).
+alive() {
+    [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+    local state
+    state=$(sed 's/.*) //' 2>/dev/null <"/proc/$1/stat" | cut -d' ' -f1) || return 1
+    [ "$state" != Z ]
+}
 
-cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
+cmdline() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" || true; }
 
 # Listeners on a TCP port, whatever the address: "pid command" lines (or "? ?" when the
 # kernel does not say who).
@@ -259,6 +265,7 @@ neo4j_up() {
     build_launcher
     mkdir -p "$NEO4J_HOME"
     log "neo4j: starting (data $NEO4J_HOME/data, log $NEO4J_HOME/launcher.log)"
+    echo "===== $(date -Is) services.sh starts the launcher =====" >>"$NEO4J_HOME/launcher.log"
     (
         cd "$NEO4J_HOME"
         export NEO4J_PASSWORD="$NEO4J_PW"
@@ -321,7 +328,7 @@ rmq_env() {
 # A beam.smp is our node when its environment names our node (the name is not on its
 # command line).
 rmq_is_ours() {
-    alive "$1" && tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qxF "RABBITMQ_NODENAME=$RMQ_NODE"
+    alive "$1" && tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | grep -qxF "RABBITMQ_NODENAME=$RMQ_NODE"
 }
 
 rmq_pid() {
@@ -380,9 +387,9 @@ rmq_up() {
         return
     fi
     rm -f "$RMQ_DIR/rabbitmq.pid"
-    [ -x "$RMQ_BIN/rabbitmq-server" ] || apt_install rabbitmq-server
     require_free_port "$RMQ_PORT" "RabbitMQ's AMQP listener" MCE_RABBITMQ_PORT
     require_free_port $((RMQ_PORT + 20000)) "RabbitMQ's distribution listener (AMQP port + 20000)" MCE_RABBITMQ_PORT
+    [ -x "$RMQ_BIN/rabbitmq-server" ] || apt_install rabbitmq-server
     mkdir -p "$RMQ_DIR/mnesia" "$RMQ_DIR/log"
     cat >"$RMQ_DIR/rabbitmq.conf" <<EOF
 # Written by services/services.sh; rewritten at every start.
@@ -393,6 +400,7 @@ EOF
     : >"$RMQ_DIR/rabbitmq-env.conf"
     if port_in_use 4369; then rm -f "$RMQ_DIR/epmd.ours"; else echo "started with $RMQ_NODE" >"$RMQ_DIR/epmd.ours"; fi
     log "rabbitmq: starting node $RMQ_NODE (data $RMQ_DIR/mnesia, logs $RMQ_DIR/log)"
+    echo "===== $(date -Is) services.sh starts $RMQ_NODE =====" >>"$RMQ_DIR/startup.log"
     (
         cd "$RMQ_DIR"
         rmq_env
