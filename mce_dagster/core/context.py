@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .ontology import CALL_LABELS, Label, Scope
+
+if TYPE_CHECKING:
+    from .text import CallText
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,9 @@ class SessionContext:
     # Call links (has*Call) from parent id to child ids; non-call spans are kept apart.
     children: dict[str, list[str]]
     spans: list[Node] = field(default_factory=list)
+    # The text of each call (states, messages, tool definitions) by node id: read
+    # from the graph only when a judged metric needs it, None until then.
+    text: "Mapping[str, CallText] | None" = field(default=None, repr=False)
     _beneath_cache: dict[str, tuple[Node, ...]] = field(default_factory=dict, repr=False)
     _parents: dict[str, list[str]] | None = field(default=None, repr=False)
 

@@ -218,3 +218,106 @@ DELETE_SESSION_RESULTS = (
 )
 
 LABEL_PROPERTY_KEYS = "MATCH (n) WHERE $label IN labels(n) WITH n LIMIT 200 UNWIND keys(n) AS k RETURN DISTINCT k"
+
+
+def read_texts() -> str:
+    """The text of every call of the given sessions, for judged metrics only: the
+    contents of its input and output `State`s, an LLM call's message lists, a tool
+    call's definition. Columns: id, session, input, output, inputMessages,
+    outputMessages, toolDescription, toolParameters."""
+    parts = []
+    for label in CALL_LABELS:
+        messages = "n.inputMessages AS inputMessages, n.outputMessages AS outputMessages" if label is Label.LLM_CALL else "null AS inputMessages, null AS outputMessages"
+        tool = ""
+        tool_columns = "null AS toolDescription, null AS toolParameters"
+        if label is Label.TOOL_CALL:
+            tool = f"OPTIONAL MATCH (n)-[:{Rel.EXECUTES_TOOL}]->(d:{Label.TOOL}) "
+            tool_columns = "d.description AS toolDescription, d.parameters AS toolParameters"
+        parts.append(
+            f"MATCH (n:{label}) WHERE n.sessionId IN $ids "
+            f"OPTIONAL MATCH (n)-[:{Rel.HAS_INITIAL_STATE}]->(i:{Label.STATE}) "
+            f"OPTIONAL MATCH (n)-[:{Rel.HAS_FINAL_STATE}]->(o:{Label.STATE}) "
+            f"{tool}"
+            f"RETURN n.id AS id, n.sessionId AS session, i.content AS input, o.content AS output, {messages}, {tool_columns}"
+        )
+    return " UNION ALL ".join(parts)
+
+
+# -- queries over results (mce serve) ------------------------------------------------
+
+# What a result can be cut or filtered by, as an expression over the result's session
+# `s` and, for the call dimensions, the entity `e` it measures (a node of the
+# result's scope). Days are UTC days since the epoch; months are merged from days.
+_DAY = "toInteger(floor(s.startTime / 86400.0))"
+RESULT_DIMENSIONS: dict[str, tuple[Label, str]] = {
+    "app": (Label.SESSION, "s.appName"),
+    "session": (Label.SESSION, "s.id"),
+    "day": (Label.SESSION, _DAY),
+    "month": (Label.SESSION, _DAY),
+    "agent": (Label.AGENT_CALL, "e.agentName"),
+    "model": (Label.LLM_CALL, "e.modelName"),
+    "tool": (Label.TOOL_CALL, "e.toolName"),
+}
+
+
+def rollup_results(
+    scope: Label,
+    by: str | None = None,
+    *,
+    session: bool = False,
+    app: bool = False,
+    agent: bool = False,
+    since: bool = False,
+    until: bool = False,
+) -> str:
+    """One metric's results at one scope and version, grouped by the cut `by` (one
+    group without), with the sums, counts and extremes every roll-up is made of. The
+    filters given are parameters: `$session_id`, `$app`, `$agent`, `$since` and
+    `$until` (session start, Unix seconds, half-open). Columns: key, n, total, lo, hi,
+    num, den, ratios (results that carry a denominator), first, last."""
+    needs_entity = (by is not None and RESULT_DIMENSIONS[by][0] is not Label.SESSION) or agent
+    where = []
+    if session:
+        where.append("x.sessionId = $session_id")
+    parts = [
+        f"MATCH (x:{Label.METRIC_RESULT}) WHERE x.name = $name AND x.provider = $provider "
+        "AND x.scope = $scope AND x.metricVersion = $version" + "".join(f" AND {w}" for w in where),
+        f"MATCH (s:{Label.SESSION} {{id: x.sessionId}})",
+    ]
+    if needs_entity:
+        parts.append(f"MATCH (e:{scope} {{id: x.entityId}})")
+    conditions = []
+    if app:
+        conditions.append("s.appName = $app")
+    if agent:
+        conditions.append("e.agentName = $agent")
+    if since:
+        conditions.append("s.startTime >= $since")
+    if until:
+        conditions.append("s.startTime < $until")
+    if conditions:
+        parts.append("WHERE " + " AND ".join(conditions))
+    key = RESULT_DIMENSIONS[by][1] if by else "null"
+    parts.append(
+        f"RETURN {key} AS key, count(x) AS n, sum(x.result) AS total, min(x.result) AS lo, max(x.result) AS hi, "
+        "sum(x.numerator) AS num, sum(x.denominator) AS den, count(x.denominator) AS ratios, "
+        "min(s.startTime) AS first, max(s.startTime) AS last ORDER BY key"
+    )
+    return " ".join(parts)
+
+
+NEWEST_EVALUATED = (
+    f"MATCH (x:{Label.METRIC_RESULT}) WHERE x.name = $name AND x.provider = $provider "
+    "AND x.scope = $scope AND x.metricVersion = $version "
+    f"MATCH (s:{Label.SESSION} {{id: x.sessionId}}) RETURN max(s.startTime) AS newest, count(DISTINCT s.id) AS sessions"
+)
+
+# The names an answer may tie a number to. Columns: kind, name.
+RESULT_VOCABULARY = " UNION ALL ".join(
+    (
+        f"MATCH (n:{Label.AGENT}) RETURN 'agent' AS kind, n.name AS name",
+        f"MATCH (n:{Label.TOOL}) RETURN 'tool' AS kind, n.name AS name",
+        f"MATCH (n:{Label.LLM}) RETURN 'model' AS kind, n.name AS name",
+        f"MATCH (s:{Label.SESSION}) WHERE s.appName IS NOT NULL RETURN DISTINCT 'app' AS kind, s.appName AS name",
+    )
+)

@@ -8,12 +8,15 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.context import Edge, Node, SessionContext
 from ..core.models import MetricNode, MetricResultNode
 from ..core.ontology import Label, Scope
 from ..core.session_graph import SessionGraph
+
+if TYPE_CHECKING:
+    from ..core.text import CallText
 from . import cypher
 
 log = logging.getLogger(__name__)
@@ -243,6 +246,26 @@ class KnowledgeGraph:
                 contexts[session_id] = SessionContext.build(session_nodes, edges[session_id])
         return contexts
 
+    def read_texts(self, session_ids: Sequence[str]) -> dict[str, dict[str, "CallText"]]:
+        """session -> call id -> its text (states, messages, tool definition), in
+        one round trip. Read only for judged metrics: deterministic runs never
+        pay for the text."""
+        from ..core.text import CallText, parse_messages
+
+        out: dict[str, dict[str, CallText]] = {sid: {} for sid in session_ids}
+        if not session_ids:
+            return out
+        for row in self.backend.query(cypher.read_texts(), {"ids": list(session_ids)}):
+            out.setdefault(row["session"], {})[row["id"]] = CallText(
+                input=row["input"],
+                output=row["output"],
+                input_messages=parse_messages(row["inputMessages"]),
+                output_messages=parse_messages(row["outputMessages"]),
+                tool_description=row["toolDescription"],
+                tool_parameters=row["toolParameters"],
+            )
+        return out
+
     # -- results -----------------------------------------------------------
 
     def write_metrics(self, metrics: Sequence[MetricNode]) -> None:
@@ -294,3 +317,49 @@ class KnowledgeGraph:
     def property_keys(self, label: Label) -> set[str]:
         """Property names seen on (a sample of) nodes of one label."""
         return {r["k"] for r in self.backend.query(cypher.LABEL_PROPERTY_KEYS, {"label": label.value})}
+
+    # -- queries over results (mce serve) ----------------------------------
+
+    def rollup_results(
+        self,
+        *,
+        name: str,
+        provider: str,
+        scope: Scope,
+        version: int,
+        by: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+        """One metric's results grouped by the cut `by`, with the given filters
+        (session_id, app, agent, since, until): the statement, its parameters and the
+        rows (see cypher.rollup_results)."""
+        given = {k: v for k, v in (filters or {}).items() if v is not None}
+        statement = cypher.rollup_results(
+            Label(scope.value),
+            by,
+            session="session_id" in given,
+            app="app" in given,
+            agent="agent" in given,
+            since="since" in given,
+            until="until" in given,
+        )
+        params = {"name": name, "provider": provider, "scope": scope.value, "version": version, **given}
+        return statement, params, self.backend.query(statement, params)
+
+    def newest_evaluated(self, *, name: str, provider: str, scope: Scope, version: int) -> tuple[float | None, int]:
+        """Start time of the newest session holding a result of this metric, and how
+        many sessions hold one."""
+        rows = self.backend.query(
+            cypher.NEWEST_EVALUATED, {"name": name, "provider": provider, "scope": scope.value, "version": version}
+        )
+        if not rows:
+            return None, 0
+        return rows[0]["newest"], int(rows[0]["sessions"] or 0)
+
+    def result_vocabulary(self) -> dict[str, set[str]]:
+        """Agent, tool, model and app names the graph holds, by kind."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for row in self.backend.query(cypher.RESULT_VOCABULARY):
+            if row["name"]:
+                out[row["kind"]].add(str(row["name"]))
+        return dict(out)
