@@ -77,6 +77,55 @@ def _bolt_recv(sock: socket.socket) -> bytes:
         message += _recv_exact(sock, size)
 
 
+def _ps_decode(data: bytes, i: int = 0):
+    """Decodes one PackStream value at data[i:] (the types a FAILURE holds); (value, next i)."""
+    marker = data[i]
+    if marker < 0x80:
+        return marker, i + 1
+    if marker >= 0xF0:
+        return marker - 0x100, i + 1
+    high = marker & 0xF0
+    if high in (0x80, 0x90, 0xA0, 0xB0):
+        size, i = marker & 0x0F, i + 1
+    elif marker in (0xD0, 0xD4, 0xD8):
+        size, i = data[i + 1], i + 2
+    elif marker in (0xD1, 0xD5, 0xD9):
+        size, i = struct.unpack(">H", data[i + 1 : i + 3])[0], i + 3
+    elif marker == 0xC0:
+        return None, i + 1
+    elif marker in (0xC2, 0xC3):
+        return marker == 0xC3, i + 1
+    elif marker == 0xC8:
+        return struct.unpack(">b", data[i + 1 : i + 2])[0], i + 2
+    elif marker == 0xC9:
+        return struct.unpack(">h", data[i + 1 : i + 3])[0], i + 3
+    elif marker == 0xCA:
+        return struct.unpack(">i", data[i + 1 : i + 5])[0], i + 5
+    elif marker == 0xCB:
+        return struct.unpack(">q", data[i + 1 : i + 9])[0], i + 9
+    else:
+        raise ValueError(f"PackStream marker {marker:#x}")
+    if high == 0x80 or marker in (0xD0, 0xD1):
+        return data[i : i + size].decode("utf-8", "replace"), i + size
+    if high == 0x90 or marker in (0xD4, 0xD5):
+        items = []
+        for _ in range(size):
+            value, i = _ps_decode(data, i)
+            items.append(value)
+        return items, i
+    if high == 0xA0 or marker in (0xD8, 0xD9):
+        items = {}
+        for _ in range(size):
+            key, i = _ps_decode(data, i)
+            items[key], i = _ps_decode(data, i)
+        return items, i
+    fields, i = [], i + 1  # a structure: skip the signature byte
+    for _ in range(size):
+        value, i = _ps_decode(data, i)
+        fields.append(value)
+    return fields, i
+
+
 def _bolt_expect(sock: socket.socket, what: str) -> None:
     """Reads responses until SUCCESS; RECORDs are skipped; FAILURE or IGNORED raise."""
     while True:
@@ -86,9 +135,13 @@ def _bolt_expect(sock: socket.socket, what: str) -> None:
             return
         if signature == 0x71:  # RECORD
             continue
-        text = message.decode("utf-8", "replace")
         kind = {0x7F: "FAILURE", 0x7E: "IGNORED"}.get(signature, f"message {signature!r}")
-        raise ProbeError(f"{what}: {kind}: {''.join(c for c in text if ' ' <= c <= '~')}")
+        try:
+            fields, _ = _ps_decode(message, 2)
+            detail = f"{fields.get('code', '')}: {fields.get('message', '')}"
+        except (ValueError, IndexError, TypeError, AttributeError, struct.error):
+            detail = "".join(c for c in message.decode("utf-8", "replace") if " " <= c <= "~")
+        raise ProbeError(f"{what}: {kind}: {detail}")
 
 
 def bolt(host: str, port: int, user: str, password: str) -> None:
@@ -161,9 +214,13 @@ def amqp(host: str, port: int, user: str, password: str, vhost: str) -> None:
             raise ProbeError(f"AMQP: the server wants protocol {first!r}")
         _amqp_expect(sock, 10, 10, "Connection.Start")
         response = b"\x00" + user.encode() + b"\x00" + password.encode()
+        # capabilities: {authentication_failure_close: true}, so that bad credentials get a
+        # Connection.Close with the reason instead of a dropped socket
+        capabilities = _shortstr("authentication_failure_close") + b"t\x01"
+        properties = _shortstr("capabilities") + b"F" + _longstr(capabilities)
         _amqp_send_method(
             sock, 10, 11,
-            struct.pack(">I", 0) + _shortstr("PLAIN") + _longstr(response) + _shortstr("en_US"),
+            _longstr(properties) + _shortstr("PLAIN") + _longstr(response) + _shortstr("en_US"),
         )
         tune = _amqp_expect(sock, 10, 30, "Connection.Tune (are the credentials right?)")
         channel_max, frame_max, _heartbeat = struct.unpack(">HIH", tune[:8])
