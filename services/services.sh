@@ -346,6 +346,8 @@ rmq_pid() {
     done
 }
 
+epmd_pid() { ss -Hltnp "sport = :4369" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2 || true; }
+
 rmq_probe() { "$PY" "$PROBE" amqp "$RMQ_HOST" "$RMQ_PORT" guest guest /; }
 
 rmq_wait() {
@@ -398,7 +400,13 @@ loopback_users.guest = true
 EOF
     echo "[]." >"$RMQ_DIR/enabled_plugins"
     : >"$RMQ_DIR/rabbitmq-env.conf"
-    if port_in_use 4369; then rm -f "$RMQ_DIR/epmd.ours"; else echo "started with $RMQ_NODE" >"$RMQ_DIR/epmd.ours"; fi
+    # epmd is shared by every Erlang node of the machine: ours only if our node starts it
+    # (its pid is kept, so that a node killed and restarted still knows).
+    local epmd_before
+    epmd_before=$(epmd_pid)
+    if [ -n "$epmd_before" ] && [ "$(cat "$RMQ_DIR/epmd.ours" 2>/dev/null)" != "$epmd_before" ]; then
+        rm -f "$RMQ_DIR/epmd.ours"
+    fi
     log "rabbitmq: starting node $RMQ_NODE (data $RMQ_DIR/mnesia, logs $RMQ_DIR/log)"
     echo "===== $(date -Is) services.sh starts $RMQ_NODE =====" >>"$RMQ_DIR/startup.log"
     (
@@ -408,6 +416,7 @@ EOF
     ) >>"$RMQ_DIR/startup.log" 2>&1 </dev/null 9>&- ||
         die "rabbitmq-server -detached failed" "$RMQ_DIR/startup.log"
     rmq_wait "$t0"
+    [ -z "$epmd_before" ] && epmd_pid >"$RMQ_DIR/epmd.ours"
     log "rabbitmq: started (pid $(rmq_pid)) in $(since "$t0") s, amqp://$RMQ_HOST:$RMQ_PORT"
 }
 
@@ -423,13 +432,17 @@ rmq_down() {
     fi
     rm -f "$RMQ_DIR/rabbitmq.pid"
     # epmd, when our node started it and no node is left on it.
-    if [ -f "$RMQ_DIR/epmd.ours" ] && command -v epmd >/dev/null; then
-        if ! epmd -names 2>/dev/null | grep -q '^name '; then
-            epmd -kill >/dev/null 2>&1 || true
-            log "rabbitmq: stopped epmd, which our node had started"
+    local epmd
+    epmd=$(epmd_pid)
+    if [ -n "$epmd" ] && [ "$(cat "$RMQ_DIR/epmd.ours" 2>/dev/null)" = "$epmd" ]; then
+        if epmd -names 2>/dev/null | grep '^name ' | grep -qv "^name ${RMQ_NODE%@*} "; then
+            log "rabbitmq: epmd (pid $epmd) serves other Erlang nodes now; left running"
+        else
+            kill -TERM "$epmd" 2>/dev/null || true
+            log "rabbitmq: stopped epmd (pid $epmd), which our node had started"
         fi
-        rm -f "$RMQ_DIR/epmd.ours"
     fi
+    rm -f "$RMQ_DIR/epmd.ours"
 }
 
 rmq_status() {
