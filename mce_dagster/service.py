@@ -156,3 +156,52 @@ def check_graph(kg: KnowledgeGraph | None = None) -> GraphCheck:
                 (report.missing if fields[prop].is_required() else report.unset).append(f"{d.name}: {label.value}.{prop}")
     report.empty_labels = sorted(label.value for label, keys in seen.items() if not keys)
     return report
+
+
+# -- agents: the registry queries and the check of answers (mce serve) --------------
+
+
+def list_metrics() -> list[dict[str, Any]]:
+    """What exists: name, provider, scopes, unit and one line, per metric."""
+    from .serve.query import metric_summary
+
+    return [metric_summary(d) for d in sorted(catalog().definitions.values(), key=lambda d: (d.provider, d.name))]
+
+
+def get_metric(metric: str) -> dict[str, Any]:
+    """What one metric means: caveats, range, version, how it rolls up, allowed cuts."""
+    from .serve.query import find_definition, metric_detail
+
+    return metric_detail(find_definition(catalog(), metric)[0])
+
+
+def query_metric(
+    metric: str,
+    scope: str | None = "Session",
+    session_id: str | None = None,
+    app: str | None = None,
+    agent: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    by: str | None = None,
+    kg: KnowledgeGraph | None = None,
+) -> dict[str, Any]:
+    """One metric's stored results, for a session or rolled up, cut by at most one
+    allowed dimension; kept under MCE_HOME by its result id (see serve.query)."""
+    from .serve import query
+    from .settings import Settings
+
+    kg = kg or open_graph()
+    answer = query.query_metric(kg, catalog(), metric, scope, session_id, app, agent, since, until, by)
+    vocabulary = {kind: sorted(names) for kind, names in kg.result_vocabulary().items()}
+    query.save_result(Settings.from_env().mce_home, answer, vocabulary)
+    return answer
+
+
+def verify_answer(result_id: str, text: str, scoped: bool = True) -> dict[str, Any]:
+    """Every number of `text` checked against the stored result `result_id`."""
+    from .serve.query import load_result
+    from .serve.verify import verify
+    from .settings import Settings
+
+    return verify(load_result(Settings.from_env().mce_home, result_id), text, scoped=scoped)

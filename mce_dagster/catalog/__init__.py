@@ -10,6 +10,7 @@ from ..core.metrics.aggregates import AGGREGATE_FUNCTIONS
 from ..errors import UnknownMetricError
 from .loader import DEFAULT_DEFS_DIR, load_catalog, validation_message
 from .models import (
+    CUT_SCOPE,
     NATIVE_PROVIDER,
     AggregateSpec,
     Catalog,
@@ -24,6 +25,7 @@ from .plugins import PLUGIN_GROUP, Plugin, discover_plugins, discovered_plugins
 
 __all__ = [
     "AGGREGATE_FUNCTIONS",
+    "CUT_SCOPE",
     "DEFAULT_DEFS_DIR",
     "NATIVE_PROVIDER",
     "PLUGIN_GROUP",

@@ -117,6 +117,21 @@ class JudgeSpec(BaseModel):
     rubric: str
 
 
+# The dimensions a metric's results may be cut by (`cuts:` in its definition, an
+# allow-list), with the call scope whose node carries the dimension; the session's
+# dimensions (its app, its id, its start day and month) are there at every scope.
+CUT_SCOPE: dict[str, Scope | None] = {
+    "app": None,
+    "session": None,
+    "day": None,
+    "month": None,
+    "agent": Scope.AGENT_CALL,
+    "model": Scope.LLM_CALL,
+    "tool": Scope.TOOL_CALL,
+}
+Cut = Literal["app", "session", "day", "month", "agent", "model", "tool"]
+
+
 class MetricDefinition(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -134,6 +149,8 @@ class MetricDefinition(BaseModel):
     requires: dict[Label, tuple[str, ...]] = Field(default_factory=dict)
     aggregate: AggregateSpec | None = None
     judge: JudgeSpec | None = None
+    # What a query may cut the results by (none unless listed).
+    cuts: tuple[Cut, ...] = ()
 
     @field_validator("scopes")
     @classmethod
@@ -167,6 +184,12 @@ class MetricDefinition(BaseModel):
             raise ValueError(f"`aggregate` is only for kind aggregate, not {self.kind}")
         if self.kind == "llm_judge" and self.judge is None and self.provider == NATIVE_PROVIDER:
             raise ValueError("a native llm_judge metric needs `judge: {input, rubric}`")
+        for cut in self.cuts:
+            needs = CUT_SCOPE[cut]
+            if needs is not None and needs not in self.scopes:
+                raise ValueError(f"cut {cut!r} needs scope {needs.value}, which the metric does not list")
+        if len(set(self.cuts)) != len(self.cuts):
+            raise ValueError("a cut is listed twice")
         lo, hi = self.value_range
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"value_range {list(self.value_range)} is empty")
@@ -179,6 +202,10 @@ class MetricDefinition(BaseModel):
     @property
     def ref(self) -> MetricRef:
         return MetricRef(self.name, self.provider)
+
+    def cuts_at(self, scope: Scope) -> tuple[str, ...]:
+        """The cuts allowed for results at one scope."""
+        return tuple(c for c in self.cuts if CUT_SCOPE[c] in (None, scope))
 
     def dependency_keys(self, scope: Scope) -> tuple[DependencyKey, ...]:
         return tuple(parse_dependency(ref, scope) for ref in self.depends_on)
