@@ -26,7 +26,85 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("NEO4J_USERNAME", "neo4j", "the Neo4j user (also KG_DB_USER)"),
     ("NEO4J_PASSWORD", "none", "the Neo4j password (also KG_DB_PASSWORD); never logged"),
     ("NEO4J_DATABASE", "the server's default", "the Neo4j database (also KG_DB_NAME)"),
+    ("LLM_MODEL_NAME", "unset: judged metrics are skipped", "the judge model, as LiteLLM names it (openai/gpt-4o-mini, ollama/llama3.1, ...)"),
+    ("OPENAI_API_KEY", "unset", "the judge's API key (LiteLLM's own provider variables work too); never logged"),
+    ("LLM_BASE_MODEL_URL_MCE", "the provider's", "an OpenAI-compatible endpoint for the judge (vLLM, Ollama, a LiteLLM proxy)"),
+    ("MCE_JUDGE_LOGPROBS", "true", "read the expected score from the log-probabilities of the digits 1 to 5"),
+    ("MCE_JUDGE_SAMPLES", "1", "judge calls per entity, averaged (their spread kept)"),
+    ("MCE_JUDGE_TEMPERATURE", "0.0 for one sample, 0.7 for several", "the judge's temperature"),
+    ("MCE_JUDGE_CONCURRENCY", "8", "judge calls in flight at once, per process"),
+    ("MCE_JUDGE_TIMEOUT", "60", "seconds per judge call"),
+    ("MCE_JUDGE_RETRIES", "4", "retries of a judge call on 429, 5xx, timeouts (honouring Retry-After)"),
+    ("MCE_JUDGE_MAX_TOKENS", "512", "the longest judge reply, in tokens"),
+    ("MCE_JUDGE_CACHE", "off", "off, live (reuse a recorded reply, else call and record), record (always call, record), replay (recorded replies only; a miss is an error)"),
+    ("MCE_JUDGE_CACHE_PATH", "$MCE_HOME/judge-cache.sqlite", "the record/replay cache"),
+    ("MCE_JUDGE_BUDGET_USD", "unset: no ceiling", "a ceiling on judge spend per `mce compute` (also --budget, and run config in Dagster)"),
+    ("MODEL_PRICES_REFRESH", "true", "refresh the price table from MODEL_PRICES_URL at the first lookup and every TTL"),
+    ("MODEL_PRICES_URL", "LiteLLM's model_prices_and_context_window.json on GitHub", "where the price table is refreshed from"),
+    ("MODEL_PRICES_TTL_SECONDS", "86400", "seconds between price-table refreshes"),
+    ("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/%2F", "the RabbitMQ broker of the session queue (AMQP URL); never logged"),
+    ("RABBITMQ_HOST", "127.0.0.1", "instead of RABBITMQ_URL: the broker's host"),
+    ("RABBITMQ_PORT", "5672", "the broker's AMQP port, with RABBITMQ_HOST"),
+    ("RABBITMQ_USER", "guest", "the RabbitMQ user, with RABBITMQ_HOST"),
+    ("RABBITMQ_PASSWORD", "guest", "the RabbitMQ password, with RABBITMQ_HOST; never logged"),
+    ("RABBITMQ_VHOST", "/", "the RabbitMQ virtual host, with RABBITMQ_HOST"),
+    ("MCE_SESSION_QUEUE", "new_session_to_mce", "the queue new sessions are announced on (dead letters go to NAME.dlq)"),
+    ("MCE_SENSOR_BATCH", "500", "most messages (queue sensor) or sessions (poll sensor) one sensor tick takes; they are evaluated together"),
+    ("MCE_SENSOR_TICK_SECONDS", "20", "time budget of one sensor tick (Dagster's tick time-out is 60 s)"),
+    ("MCE_SENSOR_INTERVAL", "10", "seconds between two ticks of a sensor"),
+    ("MCE_ANNOUNCE_WAIT_SECONDS", "600", "how long a session announced before it is in the graph is retried before it is dead-lettered"),
 )
+
+JUDGE_CACHE_MODES = ("off", "live", "record", "replay")
+DEFAULT_PRICES_URL = "https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json"
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _number(env: Mapping[str, str], name: str, default: float | None, kind: type = float) -> float | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(f"{name}={value!r} is not a{'n integer' if kind is int else ' number'}") from None
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """How the judge is reached and how it scores. `model` None: no judge."""
+
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    base_url: str | None = None
+    logprobs: bool = True
+    samples: int = 1
+    temperature: float = 0.0
+    concurrency: int = 8
+    timeout: float = 60.0
+    retries: int = 4
+    max_tokens: int = 512
+    cache: str = "off"
+    cache_path: Path | None = None
+    budget_usd: float | None = None
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.model)
+
+
+@dataclass(frozen=True)
+class PriceSettings:
+    refresh: bool = True
+    url: str = DEFAULT_PRICES_URL
+    ttl_seconds: float = 86400.0
 
 
 def _path(value: str | None) -> Path | None:
@@ -44,6 +122,15 @@ class Settings:
     neo4j_user: str = "neo4j"
     neo4j_password: str = field(default="", repr=False)
     neo4j_database: str | None = None
+    #: the broker of the session queue, as an AMQP URL (it holds the password)
+    rabbitmq_url: str = field(default="amqp://guest:guest@127.0.0.1:5672/%2F", repr=False)
+    session_queue: str = "new_session_to_mce"
+    sensor_batch: int = 500
+    sensor_tick_seconds: float = 20.0
+    sensor_interval: int = 10
+    announce_wait_seconds: float = 600.0
+    judge: JudgeSettings = JudgeSettings()
+    prices: PriceSettings = PriceSettings()
     #: the variables of `VARIABLES` that were set, so defaults can be told from choices
     explicit: frozenset[str] = frozenset()
 
@@ -65,8 +152,49 @@ class Settings:
             neo4j_user=env.get("NEO4J_USERNAME") or env.get("KG_DB_USER") or "neo4j",
             neo4j_password=env.get("NEO4J_PASSWORD") or env.get("KG_DB_PASSWORD") or "",
             neo4j_database=env.get("NEO4J_DATABASE") or env.get("KG_DB_NAME") or None,
+            rabbitmq_url=_rabbitmq_url(env),
+            session_queue=env.get("MCE_SESSION_QUEUE") or "new_session_to_mce",
+            sensor_batch=_bounded(env, "MCE_SENSOR_BATCH", 500, int, 1),
+            sensor_tick_seconds=_bounded(env, "MCE_SENSOR_TICK_SECONDS", 20.0, float, 1.0),
+            sensor_interval=_bounded(env, "MCE_SENSOR_INTERVAL", 10, int, 1),
+            announce_wait_seconds=_bounded(env, "MCE_ANNOUNCE_WAIT_SECONDS", 600.0, float, 0.0),
+            judge=_judge(env, home),
+            prices=PriceSettings(
+                refresh=_flag(env.get("MODEL_PRICES_REFRESH"), True),
+                url=env.get("MODEL_PRICES_URL") or DEFAULT_PRICES_URL,
+                ttl_seconds=float(_number(env, "MODEL_PRICES_TTL_SECONDS", 86400.0)),
+            ),
             explicit=frozenset(name for name, _, _ in VARIABLES if env.get(name)),
         )
+
+
+def _judge(env: Mapping[str, str], home: Path) -> JudgeSettings:
+    from .errors import ConfigurationError
+
+    samples = int(_number(env, "MCE_JUDGE_SAMPLES", 1, int))
+    if samples < 1:
+        raise ConfigurationError(f"MCE_JUDGE_SAMPLES={samples} must be 1 or more")
+    cache = (env.get("MCE_JUDGE_CACHE") or "off").strip().lower()
+    if cache not in JUDGE_CACHE_MODES:
+        raise ConfigurationError(f"MCE_JUDGE_CACHE={cache!r} is not one of {', '.join(JUDGE_CACHE_MODES)}")
+    concurrency = int(_number(env, "MCE_JUDGE_CONCURRENCY", 8, int))
+    if concurrency < 1:
+        raise ConfigurationError(f"MCE_JUDGE_CONCURRENCY={concurrency} must be 1 or more")
+    return JudgeSettings(
+        model=(env.get("LLM_MODEL_NAME") or "").strip() or None,
+        api_key=env.get("OPENAI_API_KEY") or None,
+        base_url=(env.get("LLM_BASE_MODEL_URL_MCE") or "").strip() or None,
+        logprobs=_flag(env.get("MCE_JUDGE_LOGPROBS"), True),
+        samples=samples,
+        temperature=float(_number(env, "MCE_JUDGE_TEMPERATURE", 0.0 if samples == 1 else 0.7)),
+        concurrency=concurrency,
+        timeout=float(_number(env, "MCE_JUDGE_TIMEOUT", 60.0)),
+        retries=int(_number(env, "MCE_JUDGE_RETRIES", 4, int)),
+        max_tokens=int(_number(env, "MCE_JUDGE_MAX_TOKENS", 512, int)),
+        cache=cache,
+        cache_path=_path(env.get("MCE_JUDGE_CACHE_PATH")) or home / "judge-cache.sqlite",
+        budget_usd=_number(env, "MCE_JUDGE_BUDGET_USD", None),
+    )
 
 
 def _neo4j_uri(env: Mapping[str, str]) -> str | None:
@@ -76,3 +204,38 @@ def _neo4j_uri(env: Mapping[str, str]) -> str | None:
     if not host:
         return None
     return host if "://" in host else f"bolt://{host}:{env.get('KG_DB_PORT') or 7687}"
+
+
+def prepare_litellm_environment() -> None:
+    """Before LiteLLM is imported: use its bundled price map instead of fetching
+    one at import (no network at import; the project refreshes prices itself)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def _rabbitmq_url(env: Mapping[str, str]) -> str:
+    if env.get("RABBITMQ_URL"):
+        return env["RABBITMQ_URL"]
+    from urllib.parse import quote
+
+    user = quote(env.get("RABBITMQ_USER") or "guest", safe="")
+    password = quote(env.get("RABBITMQ_PASSWORD") or "guest", safe="")
+    host = env.get("RABBITMQ_HOST") or "127.0.0.1"
+    vhost = quote(env.get("RABBITMQ_VHOST") or "/", safe="")
+    return f"amqp://{user}:{password}@{host}:{env.get('RABBITMQ_PORT') or 5672}/{vhost}"
+
+
+def _bounded(env: Mapping[str, str], name: str, default, kind, minimum):
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(f"{name}={raw!r} is below its minimum {minimum}")
+    return value

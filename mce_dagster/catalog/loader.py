@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ..bundled import shipped_path
 from ..core.metric import DependencyKey, MetricFunction, native_functions
 from ..core.metrics.aggregates import aggregate
+from ..core.metrics.judged import judged
 from ..errors import UnknownMetricError
 from .models import NATIVE_PROVIDER, Catalog, CatalogError, CatalogMetric, MetricDefinition, MetricRef
 from .plugins import Plugin, discovered_plugins, register_providers
@@ -104,6 +105,8 @@ def load_catalog(defs_dir: Path | None = None, plugins: Iterable[Plugin] | None 
     for key, definition in definitions.items():
         if definition.kind == "aggregate":
             compute = aggregate
+        elif definition.kind == "llm_judge" and definition.judge is not None and key not in functions:
+            compute = judged  # the rubric and evidence come from the definition
         elif key in functions:
             compute = functions[key]
         else:

@@ -55,6 +55,7 @@ def evaluate_metric(
     contexts: Mapping[str, SessionContext],
     dependencies: Mapping[DependencyKey, SessionResults],
     prices: PriceLookup | None,
+    judgments: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> MetricBatch:
     """Run one metric on every entity of its scope in every session given.
     A MetricFailure fails that entity only; any other exception is a defect and
@@ -66,6 +67,7 @@ def evaluate_metric(
             dependencies={key: results.get(session_id, {}) for key, results in dependencies.items()},
             prices=prices,
             definition=metric.definition,
+            judgments=None if judgments is None else judgments.get(session_id, {}),
         )
         values: dict[str, MetricValue] = {}
         for entity in context.entities(metric.scope):

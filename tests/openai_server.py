@@ -1,0 +1,191 @@
+"""A local OpenAI-compatible chat-completions server for the judge's tests, so that
+LiteLLM's real client path (HTTP, parsing, error mapping) runs with no key and no
+network.
+
+Replies are scripted: a `responder(request) -> Reply` decides each answer (a
+completion with log-probabilities and usage, or the error bodies real providers
+send: 400 for an unsupported parameter, 429 with Retry-After, 500, or a reply
+slower than the client's timeout). Every request body is kept in `requests`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Completion:
+    text: str
+    # Top log-probabilities at the score's digit: digit -> probability (not log).
+    score_probs: Mapping[str, float] | None = None
+    prompt_tokens: int = 100
+    completion_tokens: int = 20
+    delay: float = 0.0
+
+
+@dataclass
+class Error:
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+Reply = Completion | Error
+Responder = Callable[[dict[str, Any]], Reply]
+
+# What OpenAI answers a model that does not take the parameter.
+LOGPROBS_UNSUPPORTED = Error(
+    400,
+    "This model does not support the 'logprobs' parameter.",
+    param="logprobs",
+    code="unsupported_parameter",
+)
+RATE_LIMITED = Error(429, "Rate limit reached for requests", type="requests", code="rate_limit_exceeded", headers={"Retry-After": "1"})
+SERVER_ERROR = Error(500, "The server had an error while processing your request.", type="server_error")
+
+
+def tokens_of(text: str) -> list[str]:
+    """Split like a tokenizer would, roughly: words, digits, spaces and punctuation."""
+    return re.findall(r"\s+|\d|\w+|[^\w\s]", text)
+
+
+def logprobs_content(text: str, score_probs: Mapping[str, float] | None) -> list[dict[str, Any]]:
+    """OpenAI's `logprobs.content` for the text: probability 1 everywhere, except at
+    the last digit following `Score:`, whose top alternatives are `score_probs`."""
+    tokens = tokens_of(text)
+    score_index = None
+    match = list(re.finditer(r"Score:\s*(\d)", text))
+    if match:
+        offset = match[-1].start(1)
+        position = 0
+        for i, tok in enumerate(tokens):
+            if position == offset:
+                score_index = i
+            position += len(tok)
+    out = []
+    for i, tok in enumerate(tokens):
+        entry = {"token": tok, "logprob": 0.0, "bytes": list(tok.encode()), "top_logprobs": [{"token": tok, "logprob": 0.0, "bytes": list(tok.encode())}]}
+        if i == score_index and score_probs:
+            top = sorted(score_probs.items(), key=lambda kv: -kv[1])
+            entry["top_logprobs"] = [
+                {"token": d, "logprob": math.log(p) if p > 0 else -9999.0, "bytes": list(d.encode())} for d, p in top
+            ]
+            entry["logprob"] = math.log(score_probs.get(tok, 1e-9)) if score_probs.get(tok, 0) > 0 else -20.0
+        out.append(entry)
+    return out
+
+
+class FakeOpenAI:
+    """`with FakeOpenAI(responder) as server:`; `server.base_url` ends in /v1."""
+
+    def __init__(self, responder: Responder | None = None):
+        self.responder: Responder = responder or (lambda req: Completion("Fine.\nScore: 4", {"4": 1.0}))
+        self.requests: list[dict[str, Any]] = []
+        self.request_times: list[float] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- scripting -------------------------------------------------------------
+
+    def script(self, *replies: Reply, then: Responder | None = None) -> None:
+        """Answer the next requests with `replies` in order, then with `then`."""
+        queue = list(replies)
+        after = then or self.responder
+
+        def respond(req: dict[str, Any]) -> Reply:
+            with self._lock:
+                if queue:
+                    return queue.pop(0)
+            return after(req)
+
+        self.responder = respond
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    # -- the server --------------------------------------------------------------
+
+    def __enter__(self) -> "FakeOpenAI":
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.requests.append(body)
+                    server.request_times.append(time.monotonic())
+                if not self.path.rstrip("/").endswith("chat/completions"):
+                    return self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+                reply = server.responder(body)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if isinstance(reply, Error):
+                    payload = {"error": {"message": reply.message, "type": reply.type, "param": reply.param, "code": reply.code}}
+                    return self._send(reply.status, payload, reply.headers)
+                self._send(200, server.completion(body, reply))
+
+            def _send(self, status: int, payload: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                    pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @staticmethod
+    def completion(request: dict[str, Any], reply: Completion) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": reply.text},
+            "finish_reason": "stop",
+            "logprobs": None,
+        }
+        if request.get("logprobs"):
+            choice["logprobs"] = {"content": logprobs_content(reply.text, reply.score_probs)}
+        return {
+            "id": "chatcmpl-local",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "local"),
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            },
+        }
