@@ -104,6 +104,9 @@ class EvaluationInput:
     prices: PriceLookup | None = None
     # The definition being evaluated, for generic functions (aggregates).
     definition: MetricSpec | None = None
+    # Judged metrics: the judge's replies for this session by entity id (see
+    # core.metrics.judged); None when no judge ran.
+    judgments: Mapping[str, Any] | None = None
 
 
 MetricFunction = Callable[[Node, EvaluationInput], Outcome]
