@@ -146,6 +146,8 @@ def _stage_file(stage: Stage, path: Path, report: IngestReport) -> None:
         kept.append(f"{stats['escaped_bytes']} byte(s) that are not UTF-8 kept as \\xNN text")
     if stats.get("escaped_surrogates"):
         kept.append(f"{stats['escaped_surrogates']} unpaired surrogate escape(s) (\\uD800-\\uDFFF) kept as text")
+    if stats.get("quoted_numbers"):
+        kept.append(f"{stats['quoted_numbers']} number(s) too large for the JSON parser read as strings")
     if kept:
         report.file_notices.append(f"{stage.paths[file]}: {'; '.join(kept)}")
 

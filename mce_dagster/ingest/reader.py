@@ -2,16 +2,19 @@
 or an object mapping a session id to its rows. Files are read incrementally
 (ijson), never loaded whole.
 
-Bytes pass through `_CarriableBytes` on their way to the parser, so that what the
-graph cannot store never stops the file: bytes that are not UTF-8 and `\\uD800`-style
+Bytes pass through `_CarriableBytes` on their way to the parser, so that one odd
+value fails its row, never the file: bytes that are not UTF-8 and `\\uD800`-style
 escapes of unpaired surrogates (valid JSON that the C parser rejects or turns into
-'?') are kept as escaped text, and nesting deeper than `MAX_DEPTH` is refused
-before the parser's memory grows with the square of the depth.
+'?') are kept as escaped text, and numbers the parser cannot hold (beyond 64-bit
+integers or doubles) become strings, which the row's parsing then refuses or
+keeps. Nesting deeper than `MAX_DEPTH` is refused before the parser's memory
+grows with the square of the depth.
 """
 
 from __future__ import annotations
 
 import codecs
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +60,22 @@ _STRINGS = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
+# A number in value position with 19+ digits or a 3-digit exponent (hex ids in
+# strings never follow a ':', ',' or '[').
+_BIG_NUMBER_HINT = re.compile(rb"[:,\[]\s*(-?(?:\d{19}|\d+(?:\.\d+)?[eE][+-]?\d{3}))")
+# Text outside strings and whole strings: matched up to a position, it ends there
+# exactly when that position is outside every string.
+_OUTSIDE = re.compile(rb'(?:[^"]++|"(?:[^"\\]++|\\.)*+")*+', re.DOTALL)
+_NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_NUMBER_CHARS = frozenset(b"0123456789.eE+-")
+
+
+def _parser_holds(number: bytes) -> bool:
+    if b"." not in number and b"e" not in number and b"E" not in number:
+        return abs(int(number)) < 2**63
+    return math.isfinite(float(number))
+
+
 _HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
 
 
@@ -80,6 +99,7 @@ class _CarriableBytes:
         self._depth = 0
         self.escaped_bytes = 0
         self.escaped_surrogates = 0
+        self.quoted_numbers = 0
 
     def read(self, size: int = -1) -> bytes:
         if size == 0:  # ijson probes the type of what read() returns
@@ -101,7 +121,15 @@ class _CarriableBytes:
     @staticmethod
     def _cut(data: bytes) -> int:
         cut = len(data)
-        backslash = data.find(b"\\", max(0, cut - 12))
+        # Not inside a number, nor between a number and the ':', ',' or '[' before
+        # it (up to a length no real number has).
+        while cut > 0 and len(data) - cut < 400 and data[cut - 1] in _NUMBER_CHARS:
+            cut -= 1
+        while cut > 0 and len(data) - cut < 800 and data[cut - 1] in b" \t\r\n":
+            cut -= 1
+        if cut > 0 and data[cut - 1] in b":,[":
+            cut -= 1
+        backslash = data.find(b"\\", max(0, cut - 12), cut)
         if backslash >= 0:
             cut = _run_start(data, backslash)
             # Keep the two halves of a surrogate pair together.
@@ -128,8 +156,42 @@ class _CarriableBytes:
             data = text.encode("utf-8")
         if _SURROGATE_HINT.search(data):
             data = _ESCAPES.sub(self._surrogate, data)
+        if _BIG_NUMBER_HINT.search(data):
+            data = self._quote_big_numbers(data)
         self._guard_depth(data)
         return data
+
+    def _quote_big_numbers(self, data: bytes) -> bytes:
+        pos = 0  # a position known to be outside strings
+        if self._in_string:
+            pos = _STRING_REST.match(data).end() + 1
+            if pos >= len(data):
+                return data
+        out, copied = [], 0
+        for hint in _BIG_NUMBER_HINT.finditer(data, pos):
+            start = hint.start(1)
+            if start < pos:
+                continue
+            outside = _OUTSIDE.match(data, pos, start)
+            if outside.end() != start:  # in a string: go on after it
+                string = _STRINGS.match(data, outside.end())
+                if string is None:
+                    break  # the string runs on into the next chunk
+                pos = string.end()
+                continue
+            number = _NUMBER.match(data, start)
+            if number is None:
+                pos = start + 1
+                continue
+            if not _parser_holds(number.group()):
+                out += [data[copied:start], b'"', number.group(), b'"']
+                copied = number.end()
+                self.quoted_numbers += 1
+            pos = number.end()
+        if not out:
+            return data
+        out.append(data[copied:])
+        return b"".join(out)
 
     def _surrogate(self, match: re.Match[bytes]) -> bytes:
         text = match.group()
@@ -201,3 +263,4 @@ def iter_rows(path: Path, stats: dict[str, int] | None = None) -> Iterator[RawRo
             if stats is not None:
                 stats["escaped_bytes"] = f.escaped_bytes
                 stats["escaped_surrogates"] = f.escaped_surrogates
+                stats["quoted_numbers"] = f.quoted_numbers
