@@ -8,10 +8,18 @@ import dagster as dg
 
 from .catalog import Catalog, load_catalog
 from .config import MCEConfig, load_config
-from .defs.assets import METRIC_IO_MANAGER, SESSION_CONTEXT_IO_MANAGER, build_metric_asset, session_context
+from .defs.assets import (
+    METRIC_IO_MANAGER,
+    SESSION_CONTEXT_IO_MANAGER,
+    SESSION_CONTEXT_KEY,
+    asset_key,
+    build_metric_asset,
+    session_context,
+)
 from .defs.io_managers import MetricResultIOManager, SessionContextIOManager
 from .defs.jobs import evaluate_job
 from .defs.resources import knowledge_graph_resource
+from .defs.sensors import build_sensors, session_queue_resource
 from .prices import load_price_table
 
 
@@ -28,8 +36,11 @@ def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
     return dg.Definitions(
         assets=[session_context, *metric_assets],
         jobs=[evaluate_job(config.enabled)],
+        # Off by default: `dagster sensor start session_queue_sensor` (or session_poll_sensor).
+        sensors=build_sensors([SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in config.enabled)]),
         resources={
             "knowledge_graph": knowledge_graph,
+            "session_queue": session_queue_resource(),
             SESSION_CONTEXT_IO_MANAGER: SessionContextIOManager(knowledge_graph=knowledge_graph),
             METRIC_IO_MANAGER: MetricResultIOManager(knowledge_graph=knowledge_graph),
         },
