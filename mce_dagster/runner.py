@@ -43,6 +43,12 @@ class ComputeOutcome:
     sessions: int = 0
     # Metric asset -> entities it failed on (nothing is stored for those).
     failed_entities: dict[str, int] = field(default_factory=dict)
+    # Judged metrics left out because no judge model is configured, and why.
+    skipped_judged: list[str] = field(default_factory=list)
+    skip_reason: str | None = None
+    # What the judge cost over all runs (USD), from the assets' metadata.
+    judge_cost: float = 0.0
+    judge_calls: int = 0
 
     @property
     def success(self) -> bool:
@@ -76,6 +82,22 @@ def _count_failures(result: dg.ExecuteInProcessResult, into: dict[str, int]) -> 
             into[name] = into.get(name, 0) + int(failed.value)
 
 
+def _judge_totals(result: dg.ExecuteInProcessResult, outcome: "ComputeOutcome") -> None:
+    seen: set[dg.AssetKey] = set()
+    for event in result.get_asset_materialization_events():
+        if event.asset_key in seen:
+            continue
+        seen.add(event.asset_key)
+        metadata = event.event_specific_data.materialization.metadata
+        if "judge cost (USD)" in metadata:
+            outcome.judge_cost += float(metadata["judge cost (USD)"].value)
+            outcome.judge_calls += int(metadata["judge calls"].value)
+
+
+def _is_judged(metric) -> bool:
+    return metric.definition.kind == "llm_judge"
+
+
 def compute_sessions(
     session_ids: Iterable[str],
     metrics: Sequence[str] | None = None,
@@ -84,6 +106,7 @@ def compute_sessions(
     batch_size: int | None = None,
     raise_on_error: bool = False,
     quiet: bool = True,
+    budget_usd: float | None = None,
 ) -> ComputeOutcome:
     """Evaluate the enabled metrics (or `metrics`, with what they depend on) on the
     given sessions, one Dagster run per contiguous batch."""
@@ -100,7 +123,24 @@ def compute_sessions(
         from .defs.assets import SESSION_CONTEXT_KEY, asset_key
 
         keys = [m.key for name in metrics for m in catalog.resolve(name)]
-        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in catalog.closure(keys))]
+        selected = catalog.closure(keys)
+        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected)]
+    else:
+        selected = list(config.enabled)
+        if not Settings.from_env().judge.configured:
+            # Not asked for by name: judged metrics (and what reads them) are skipped.
+            from .core.metrics.judged import NO_JUDGE
+            from .defs.assets import SESSION_CONTEXT_KEY, asset_key
+
+            dropped: set = set()
+            for m in config.enabled:  # dependencies first
+                if _is_judged(m) or any(dep in dropped for dep in m.dependencies):
+                    dropped.add(m.key)
+            if dropped:
+                outcome.skipped_judged = sorted(str(k) for k in dropped)
+                outcome.skip_reason = NO_JUDGE
+                selected = [m for m in config.enabled if m.key not in dropped]
+                selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected)]
     known = open_graph().existing_sessions(ids)
     absent = [k for k in ids if k not in known]
     if absent:
@@ -112,11 +152,23 @@ def compute_sessions(
         instance.add_dynamic_partitions(SESSIONS, new)
     ordered = instance.get_dynamic_partitions(SESSIONS)
 
-    run_config = QUIET_RUN_CONFIG if quiet else None
+    judged = [m for m in selected if _is_judged(m)]
+    if budget_usd is not None and judged and selection is None:
+        from .defs.assets import SESSION_CONTEXT_KEY, asset_key
+
+        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected)]
     set_run_environment()
     size = batch_size or config.engine.batch_size
     for batch in contiguous_ranges(ids, ordered, size):
         tags = {RANGE_START: batch[0], RANGE_END: batch[-1], **run_tags()}
+        run_config = dict(QUIET_RUN_CONFIG) if quiet else {}
+        if budget_usd is not None and judged:
+            from .defs.assets import asset_key
+
+            # One ceiling over every run of this call: each run gets what is left.
+            remaining = max(0.0, budget_usd - outcome.judge_cost)
+            run_config["ops"] = {asset_key(m.key).to_python_identifier(): {"config": {"budget_usd": remaining}} for m in judged}
+        run_config = run_config or None
         if selection is None:
             result = defs.resolve_job_def(EVALUATE_JOB).execute_in_process(
                 instance=instance, tags=tags, raise_on_error=raise_on_error, run_config=run_config
@@ -133,6 +185,7 @@ def compute_sessions(
             )
         outcome.runs.append(result.run_id)
         _count_failures(result, outcome.failed_entities)
+        _judge_totals(result, outcome)
         if not result.success:
             outcome.failed_runs.append(result.run_id)
     return outcome

@@ -66,12 +66,20 @@ def sessions_to_evaluate(session_ids: Sequence[str], all_sessions: bool, kg: Kno
     return ids
 
 
-def compute(session_ids: Sequence[str], metrics: Sequence[str] | None = None) -> "ComputeOutcome":
+def compute(
+    session_ids: Sequence[str], metrics: Sequence[str] | None = None, budget_usd: float | None = None
+) -> "ComputeOutcome":
     """Evaluate the enabled metrics (or `metrics` and what they depend on) through
-    the Dagster definitions; results land in the graph."""
+    the Dagster definitions; results land in the graph. `budget_usd`: a ceiling on
+    judge spend over the whole call (else MCE_JUDGE_BUDGET_USD)."""
     from .runner import compute_sessions
+    from .settings import Settings
 
-    return compute_sessions(session_ids, metrics)
+    if budget_usd is None:
+        budget_usd = Settings.from_env().judge.budget_usd
+    if budget_usd is not None and budget_usd < 0:
+        raise InputError(f"--budget {budget_usd} must be 0 or more (USD)")
+    return compute_sessions(session_ids, metrics, budget_usd=budget_usd)
 
 
 # -- reading results ------------------------------------------------------------

@@ -63,21 +63,30 @@ def compute(
     session_ids: Annotated[Optional[list[str]], typer.Argument(help="Session ids.")] = None,
     all_sessions: Annotated[bool, typer.Option("--all", help="Every session in the graph.")] = False,
     metrics: Annotated[Optional[str], typer.Option(help="Comma-separated metrics (e.g. Duration,Session/Cost).")] = None,
+    budget: Annotated[
+        Optional[float],
+        typer.Option(help="Ceiling on judge spend in USD; past it, the remaining judge calls are not made and those entities fail."),
+    ] = None,
 ) -> None:
     """Evaluate metrics on sessions through the Dagster definitions."""
     selected = service.parse_metric_list(metrics)
     ids = service.sessions_to_evaluate(session_ids or [], all_sessions)
-    outcome, elapsed = evaluate(ids, selected)
+    outcome, elapsed = evaluate(ids, selected, budget)
     out.print(f"evaluated {outcome.sessions} session(s) in {len(outcome.runs)} Dagster run(s), {elapsed:.1f} s")
     report_failures(outcome)
     if outcome.failed_entities:
         raise typer.Exit(1)
 
 
-def evaluate(ids: list[str], metrics: list[str] | None = None) -> tuple["ComputeOutcome", float]:
+def evaluate(ids: list[str], metrics: list[str] | None = None, budget: float | None = None) -> tuple["ComputeOutcome", float]:
     started = time.perf_counter()
-    outcome = service.compute(ids, metrics)
-    return outcome, time.perf_counter() - started
+    outcome = service.compute(ids, metrics, budget)
+    elapsed = time.perf_counter() - started
+    if outcome.skipped_judged:
+        err.print(f"[yellow]judged metrics skipped ({len(outcome.skipped_judged)}):[/yellow] {escape(outcome.skip_reason or '')}", highlight=False)
+    if outcome.judge_calls:
+        out.print(f"judge: {outcome.judge_calls} call(s), ${outcome.judge_cost:.6f}")
+    return outcome, elapsed
 
 
 def report_failures(outcome: "ComputeOutcome") -> None:

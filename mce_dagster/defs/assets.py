@@ -7,6 +7,7 @@ The asset graph is the metric dependency graph: every metric asset reads
 
 import json
 from collections.abc import Callable
+from typing import Optional
 
 import dagster as dg
 
@@ -20,12 +21,21 @@ from ..core.summary import summarize_values
 from ..errors import UnknownSessionError
 from .io_managers import METRIC_METADATA_KEY
 from .partitions import sessions_partitions
+from .judging import judge_batch
 from .resources import KnowledgeGraphResource
 
 SESSION_CONTEXT_KEY = dg.AssetKey(["session_context"])
 METRIC_IO_MANAGER = "metric_io_manager"
 SESSION_CONTEXT_IO_MANAGER = "session_context_io_manager"
 _SHOWN_FAILURES = 20
+JUDGE_POOL = "judge"
+
+
+class JudgeRunConfig(dg.Config):
+    """Run config of a judged metric asset. The budget is per run, shared by every
+    judged asset of the run (the smallest ceiling given wins)."""
+
+    budget_usd: Optional[float] = None
 
 
 def asset_key(key: DependencyKey) -> dg.AssetKey:
@@ -95,6 +105,8 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         "node": metric_node(metric).model_dump(),
     }
 
+    judged = d.kind == "llm_judge" and d.judge is not None
+
     @dg.asset(
         key=asset_key(metric.key),
         ins=ins,
@@ -105,10 +117,23 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         code_version=str(d.version),
         description=description,
         metadata={METRIC_METADATA_KEY: info, "unit": d.unit, "kind": d.kind, "provider": d.provider},
+        # Judged metrics take a slot of the `judge` pool: the instance's limit on it
+        # bounds judge load across runs (design 04).
+        pool=JUDGE_POOL if judged else None,
+        required_resource_keys={"knowledge_graph"} if judged else None,
+        config_schema=JudgeRunConfig.to_config_schema() if judged else None,
     )
     def compute(context: dg.AssetExecutionContext, session_context: dict[str, SessionContext], **dependencies) -> dg.Output:
         deps = {arg_to_dep[name]: results for name, results in dependencies.items()}
-        batch = evaluate_metric(metric, session_context, deps, prices())
+        judge_metadata: dict[str, object] = {}
+        if judged:
+            config = context.op_execution_context.op_config or {}
+            batch, judge_metadata = judge_batch(
+                metric, session_context, deps, prices(), context.resources.knowledge_graph, context.run_id,
+                config.get("budget_usd"), context.log,
+            )
+        else:
+            batch = evaluate_metric(metric, session_context, deps, prices())
         if batch.failures:
             first = batch.failures[0]
             # A failed metric is an error, never a stored value: the others still land.
@@ -122,6 +147,7 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
             "not_applicable": batch.not_applicable,
             "failed": len(batch.failures),
             **_summary(batch.values),
+            **judge_metadata,
         }
         if batch.failures:
             lines = [f"- `{f.entity_id}` ({f.session_id}): {f.reason}" for f in batch.failures[:_SHOWN_FAILURES]]

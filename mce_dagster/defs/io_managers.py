@@ -132,6 +132,11 @@ def from_result_props(props: dict[str, Any]) -> MetricValue:
         denominator=props.get("denominator"),
         reasoning=props.get("reasoning"),
         metadata=metadata if isinstance(metadata, dict) else {},
+        evaluation_model=props.get("evaluationModel"),
+        evaluation_method=props.get("evaluationMethod"),
+        evaluation_prompt_tokens=int(props.get("evaluationPromptTokenCount") or 0),
+        evaluation_completion_tokens=int(props.get("evaluationCompletionTokenCount") or 0),
+        evaluation_cost=float(props.get("evaluationCost") or 0.0),
     )
 
 

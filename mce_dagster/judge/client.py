@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 TOP_LOGPROBS = 5
 # Models known (in this process) to refuse log-probabilities: model -> the error.
 _LOGPROBS_REJECTED: dict[str, str] = {}
+# Models that refuse a set temperature (reasoning models): model -> the error.
+_TEMPERATURE_REJECTED: dict[str, str] = {}
 
 
 class JudgeCallError(Exception):
@@ -107,6 +109,14 @@ def _rejects_logprobs(exc: BaseException) -> bool:
     return "logprob" in str(exc).lower()
 
 
+def _rejects_temperature(exc: BaseException) -> bool:
+    import litellm
+
+    if not isinstance(exc, (litellm.BadRequestError, litellm.UnsupportedParamsError)):
+        return False
+    return "temperature" in str(exc).lower()
+
+
 def _retryable(exc: BaseException) -> bool:
     import litellm
 
@@ -164,7 +174,7 @@ class JudgeClient:
         params: dict[str, Any] = {
             "model": self.model,
             "messages": [dict(m) for m in messages],
-            "temperature": self.settings.temperature,
+            "temperature": None if self.model in _TEMPERATURE_REJECTED else self.settings.temperature,
             "max_tokens": self.settings.max_tokens,
             "logprobs": logprobs,
             "sample": sample,
@@ -205,12 +215,13 @@ class JudgeClient:
         kwargs: dict[str, Any] = {
             "model": self._litellm_model(),
             "messages": params["messages"],
-            "temperature": params["temperature"],
             "max_tokens": params["max_tokens"],
             "timeout": self.settings.timeout,
             "num_retries": 0,  # retried here, honouring Retry-After
             "max_retries": 0,
         }
+        if params["temperature"] is not None:
+            kwargs["temperature"] = params["temperature"]
         if params["logprobs"]:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = params["top_logprobs"]
@@ -251,6 +262,12 @@ class JudgeClient:
             except Exception as exc:
                 if _rejects_logprobs(exc) and params["logprobs"]:
                     raise
+                if _rejects_temperature(exc) and params["temperature"] is not None:
+                    # A reasoning model takes only its own temperature: noted, not silent.
+                    _TEMPERATURE_REJECTED[self.model] = _short(exc)
+                    log.warning("judge model %s refuses temperature=%s; using its default", self.model, params["temperature"])
+                    params = {**params, "temperature": None}
+                    continue
                 if not _retryable(exc) and not isinstance(exc, asyncio.TimeoutError):
                     raise JudgeCallError(f"judge call failed: {_short(exc)}") from exc
                 if attempt >= self.settings.retries:
@@ -357,3 +374,4 @@ class JudgeClient:
 def forget_logprob_rejections() -> None:
     """For tests: forget which models refused log-probabilities."""
     _LOGPROBS_REJECTED.clear()
+    _TEMPERATURE_REJECTED.clear()

@@ -34,6 +34,18 @@ def aggregate(entity: Node, inp: EvaluationInput) -> Outcome:
     reasoning = None
     if len(values) < len(entities):
         reasoning = f"{len(entities) - len(values)} of {len(entities)} {of.scope.value} entities have no {of.name} result"
+    # Over a judged metric, the judge's calls beneath are this result's cost too.
+    found = [results[e.id] for e in entities if e.id in results]
+    judged = [v for v in found if v.evaluation_model]
+    evaluation = {}
+    if judged:
+        evaluation = {
+            "evaluation_model": judged[0].evaluation_model,
+            "evaluation_method": f"{spec.function} of {len(judged)} {judged[0].evaluation_method or ''}".strip(),
+            "evaluation_prompt_tokens": sum(v.evaluation_prompt_tokens for v in judged),
+            "evaluation_completion_tokens": sum(v.evaluation_completion_tokens for v in judged),
+            "evaluation_cost": sum(v.evaluation_cost for v in judged),
+        }
     if spec.function == "avg":
-        return MetricValue(value=value, numerator=float(sum(values)), denominator=float(len(values)), reasoning=reasoning, metadata=metadata)
-    return MetricValue(value=float(value), reasoning=reasoning, metadata=metadata)
+        return MetricValue(value=value, numerator=float(sum(values)), denominator=float(len(values)), reasoning=reasoning, metadata=metadata, **evaluation)
+    return MetricValue(value=float(value), reasoning=reasoning, metadata=metadata, **evaluation)

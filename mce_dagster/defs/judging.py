@@ -1,0 +1,80 @@
+"""A judged metric's asset body: read the text its judge needs, make the calls
+concurrently (within the run's budget), then score them in the core.
+
+With no judge model configured, no call is made and every entity fails with the
+reason (`mce compute` skips judged metrics unless they are asked for by name)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from ..core.context import SessionContext
+from ..core.evaluate import EntityFailure, MetricBatch, evaluate_metric
+from ..core.metric import PriceLookup
+from ..core.metrics.judged import NO_JUDGE
+from ..settings import Settings
+
+# run id -> that run's budget: shared by every judged asset of the run.
+_BUDGETS: "OrderedDict[str, Any]" = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def run_budget(run_id: str, ceiling: float | None):
+    from ..judge import Budget
+
+    with _LOCK:
+        budget = _BUDGETS.get(run_id)
+        if budget is None:
+            budget = _BUDGETS[run_id] = Budget(ceiling)
+            while len(_BUDGETS) > 8:
+                _BUDGETS.popitem(last=False)
+        elif ceiling is not None and (budget.ceiling is None or ceiling < budget.ceiling):
+            budget.ceiling = ceiling
+        return budget
+
+
+def load_text(contexts: Mapping[str, SessionContext], knowledge_graph) -> int:
+    """Read the text of the contexts that do not have it yet (once per run: the
+    contexts are shared by the run's assets). Returns how many were read."""
+    missing = [sid for sid, ctx in contexts.items() if ctx.text is None]
+    if missing:
+        texts = knowledge_graph.open().read_texts(missing)
+        for sid in missing:
+            contexts[sid].text = texts.get(sid, {})
+    return len(missing)
+
+
+def judge_batch(
+    metric,
+    contexts: Mapping[str, SessionContext],
+    deps,
+    prices: PriceLookup,
+    knowledge_graph,
+    run_id: str,
+    budget_usd: float | None,
+    log,
+) -> tuple[MetricBatch, dict[str, object]]:
+    settings = Settings.from_env().judge
+    if not settings.configured:
+        batch = MetricBatch()
+        for sid, ctx in contexts.items():
+            batch.values[sid] = {}
+            batch.failures.extend(EntityFailure(sid, e.id, NO_JUDGE) for e in ctx.entities(metric.scope))
+        log.warning(f"{metric.key}: {NO_JUDGE}")
+        return batch, {"judge": "not configured"}
+    from ..judge import collect_tasks, run_judge
+
+    load_text(contexts, knowledge_graph)
+    tasks = collect_tasks(metric, contexts)
+    ceiling = budget_usd if budget_usd is not None else settings.budget_usd
+    budget = run_budget(run_id, ceiling)
+    judgments, stats = run_judge(tasks, settings, prices, budget)
+    batch = evaluate_metric(metric, contexts, deps, prices, judgments=judgments)
+    metadata: dict[str, object] = {"judge model": settings.model, **stats.as_metadata()}
+    if budget.ceiling is not None:
+        metadata["run budget (USD)"] = budget.ceiling
+        metadata["run judge spend so far (USD)"] = round(budget.spent, 8)
+    return batch, metadata
