@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+import conftest
 from conftest import REPO, require
 
 SERVICES_SH = REPO / "services" / "services.sh"
@@ -27,10 +28,16 @@ PG_VARS = ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_DB", "DAGSTER_PG_US
 pytestmark = pytest.mark.service
 
 
+def variable(name: str) -> str | None:
+    # conftest may take the backend-selecting variables (NEO4J_URI) out of os.environ, so
+    # that other tests stay on the embedded graph, and keep them in NEO4J_ENV.
+    return getattr(conftest, "NEO4J_ENV", {}).get(name) or os.environ.get(name)
+
+
 def needs(*names: str) -> dict[str, str]:
-    missing = [n for n in names if not os.environ.get(n)]
+    missing = [n for n in names if not variable(n)]
     require(not missing, f"{', '.join(missing)} not set: run eval \"$(make -s services)\" first")
-    return {n: os.environ[n] for n in names}
+    return {n: variable(n) for n in names}
 
 
 def test_neo4j_writes_and_reads_in_transactions():
@@ -159,17 +166,17 @@ def listening_socket() -> socket.socket:
     return sock
 
 
-@pytest.mark.parametrize("service, variable", [("neo4j", "MCE_NEO4J_PORT"), ("rabbitmq", "MCE_RABBITMQ_PORT")])
-def test_a_port_taken_by_a_foreign_process_is_a_clear_error(tmp_path, service, variable):
+@pytest.mark.parametrize("service, port_variable", [("neo4j", "MCE_NEO4J_PORT"), ("rabbitmq", "MCE_RABBITMQ_PORT")])
+def test_a_port_taken_by_a_foreign_process_is_a_clear_error(tmp_path, service, port_variable):
     holder = listening_socket()
     port = holder.getsockname()[1]
     try:
-        env = {**os.environ, "MCE_SERVICES": service, variable: str(port), "MCE_SERVICES_DIR": str(tmp_path)}
+        env = {**os.environ, "MCE_SERVICES": service, port_variable: str(port), "MCE_SERVICES_DIR": str(tmp_path)}
         done = subprocess.run(["bash", str(SERVICES_SH), "up"], capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 1
         assert done.stdout == ""  # nothing for eval to pick up
         assert f"port {port}" in done.stderr and "taken by something this checkout did not start" in done.stderr
-        assert variable in done.stderr
+        assert port_variable in done.stderr
         assert f"pid {os.getpid()}" in done.stderr or "pid ?" in done.stderr
         # and the holder was left alone
         with socket.create_connection(("127.0.0.1", port), timeout=5):
