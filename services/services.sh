@@ -217,8 +217,14 @@ neo4j_probe() { "$PY" "$PROBE" bolt "$NEO4J_HOST" "$NEO4J_PORT" "$NEO4J_USER" "$
 # and our own Bolt probe passes.
 neo4j_wait() {
     local pid=$1 t0=$2 deadline=$((SECONDS + TIMEOUT)) err
+    local uri="bolt://$NEO4J_HOST:$NEO4J_PORT" running
     while :; do
         if [ -f "$NEO4J_HOME/launcher.ready" ]; then
+            running=$(cat "$NEO4J_HOME/launcher.ready" 2>/dev/null || true)
+            if [ -n "$running" ] && [ "$running" != "$uri" ]; then
+                die "Neo4j (pid $pid) of this checkout runs on $running, not $uri (MCE_NEO4J_PORT).
+  Run make services-stop first to move it."
+            fi
             if err=$(neo4j_probe 2>&1); then
                 return 0
             fi
@@ -384,6 +390,12 @@ rmq_up() {
     t0=$(now)
     pid=$(rmq_pid)
     if [ -n "$pid" ]; then
+        local running
+        running=$(awk -F' = ' '$1 == "listeners.tcp.1" { print $2 }' "$RMQ_DIR/rabbitmq.conf" 2>/dev/null || true)
+        if [ -n "$running" ] && [ "$running" != "$RMQ_HOST:$RMQ_PORT" ]; then
+            die "RabbitMQ (pid $pid) of this checkout listens on $running, not $RMQ_HOST:$RMQ_PORT (MCE_RABBITMQ_PORT).
+  Run make services-stop first to move it."
+        fi
         rmq_wait "$t0"
         log "rabbitmq: running (pid $pid), answers on amqp://$RMQ_HOST:$RMQ_PORT"
         return
