@@ -27,6 +27,12 @@ def result(entity: str, session: str, value: float, version: int = 1, **extra) -
 
 
 @pytest.fixture(scope="module")
+def kg(backend_kg):
+    """Every test of this module runs on the embedded FalkorDB and on Neo4j."""
+    return backend_kg
+
+
+@pytest.fixture(scope="module")
 def two_sessions(kg, tmp_path_factory):
     path = tmp_path_factory.mktemp("g") / "two.json"
     path.write_text(json.dumps([row("w1", "a.workflow", session="g1"), row("w2", "a.workflow", session="g2")]))

@@ -53,6 +53,12 @@ def expected(path):
 
 
 @pytest.fixture(scope="module")
+def kg(backend_kg):
+    """Every test of this module runs on the embedded FalkorDB and on Neo4j."""
+    return backend_kg
+
+
+@pytest.fixture(scope="module")
 def computed(real_traces, kg):
     report = ingest_paths([real_traces / f for f in FILES], kg)
     assert not report.problems and not report.file_errors

@@ -35,7 +35,12 @@ class Neo4jBackend:
         self.uri = uri
         self.database = database or None
         self._driver = neo4j.GraphDatabase.driver(
-            uri, auth=(user, password), max_transaction_retry_time=retry_time_s, connection_acquisition_timeout=30.0
+            uri,
+            auth=(user, password),
+            max_transaction_retry_time=retry_time_s,
+            connection_acquisition_timeout=30.0,
+            # "property key does not exist" warnings, for optional properties no node has yet
+            notifications_min_severity="OFF",
         )
         try:
             self._driver.verify_connectivity()
