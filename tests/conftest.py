@@ -14,6 +14,11 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 REAL_TRACES = REPO.parent / "shared" / "data" / "real-traces"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+# No test needs the network: the price table stays the committed copy (the refresh
+# is tested against a local server), and no judge model is configured unless a
+# test sets one.
+os.environ.setdefault("MODEL_PRICES_REFRESH", "false")
+os.environ.pop("LLM_MODEL_NAME", None)
 
 # `eval "$(make -s services)"` exports NEO4J_URI, which would point every test at
 # one shared Neo4j. Tests use the embedded graph unless they ask for Neo4j through

@@ -12,6 +12,7 @@ from .demo import commands as demo_commands
 from .evaluate import commands as evaluate_commands
 from .kg import kg_app
 from .metric import metric_app, provider_app
+from .prices import prices_app
 from .serve import commands as serve_commands
 
 app = Commands(help="Metrics Computation Engine for multi-agent systems, on Dagster.", no_args_is_help=True)
@@ -20,6 +21,7 @@ app.add_typer(demo_commands)
 app.add_typer(metric_app, name="metric")
 app.add_typer(provider_app, name="provider")
 app.add_typer(kg_app, name="kg")
+app.add_typer(prices_app, name="prices")
 app.add_typer(serve_commands)  # `mce serve`
 
 __all__ = ["app"]

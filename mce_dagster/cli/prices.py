@@ -1,0 +1,37 @@
+"""`mce prices`: the model price table the judge and the Cost metric read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ._output import Commands, out
+
+prices_app = Commands(help="The model price table (LiteLLM's model_prices_and_context_window.json).", no_args_is_help=True)
+
+
+@prices_app.command("update")
+def update(
+    url: Annotated[Optional[str], typer.Option(help="Fetch from this URL (default: MODEL_PRICES_URL).")] = None,
+    source: Annotated[Optional[Path], typer.Option("--from", help="Read a local copy instead of fetching.")] = None,
+) -> None:
+    """Rewrite the committed, trimmed copy inside the package."""
+    from ..prices import COMMITTED_PATH, update_committed
+
+    count = update_committed(url=url, source=source)
+    out.print(f"wrote {count} model prices to {COMMITTED_PATH}")
+
+
+@prices_app.command("show")
+def show(model: str) -> None:
+    """The USD per token a model is priced at, and the entry that priced it."""
+    from ..prices import load_price_table, price_source
+
+    price = load_price_table().price(model)
+    note = f" (not in the table: priced as {price.priced_as})" if price.priced_as else ""
+    out.print(
+        f"{model}: input ${price.input_per_token:.3e}/token, output ${price.output_per_token:.3e}/token"
+        f"{note}; table from {price_source().source}"
+    )
