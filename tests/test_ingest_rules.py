@@ -189,7 +189,8 @@ def test_rows_of_a_stored_session_are_never_merged_and_replace_rebuilds_it(kg, t
 
     # --replace rebuilds it from the rows given (the later copy of sp-l1 wins) and drops its old results.
     rebuilt = ingest_paths([a, b], kg, replace=True)
-    assert rebuilt.sessions == ["split"] and rebuilt.problem_count == 1  # part1's sp-l1, superseded by part2's
+    assert rebuilt.replaced == ["split"] and rebuilt.sessions == ["split"]
+    assert rebuilt.problem_count == 1  # part1's sp-l1, superseded by part2's
     context = kg.read_contexts(["split"])["split"]
     assert sorted(c.id for c in context.calls(Label.LLM_CALL)) == ["sp-l1", "sp-l2"]
     assert context.nodes["sp-l1"].props["name"] == "renamed.chat"
@@ -388,7 +389,7 @@ def test_a_statement_that_fails_inside_the_server_leaves_nothing(kg, tmp_path):
     graphs = build_graphs(collect_spans([three_sessions(tmp_path, "h")], report), report)
     graphs[-1].nodes[Label.TOOL_CALL][0]["toolArguments"] = {"not": "a primitive"}  # the server refuses a map value
     with pytest.raises(Exception, match="primitive"):
-        kg.backend.write([_session_statement(graphs, set())])
+        kg.backend.write([_session_statement(graphs)])
     assert not kg.backend.query("MATCH (n) WHERE n.sessionId IN ['h0', 'h1', 'h2'] OR n.id IN ['h0', 'h1', 'h2'] RETURN n.id AS id")
     failed = kg.write_sessions(graphs)
     assert list(failed) == ["h2"] and "primitive" in failed["h2"]

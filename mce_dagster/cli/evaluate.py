@@ -25,7 +25,7 @@ def ingest(
     strict: Annotated[bool, typer.Option(help="Exit 1 if any row could not be placed.")] = False,
     replace: Annotated[
         bool,
-        typer.Option(help="Rebuild sessions already in the graph from the rows of these files (their metric results are deleted)."),
+        typer.Option(help="Delete the sessions already in the graph that these files have rows of (with their metric results) and build them anew from these rows."),
     ] = False,
 ) -> None:
     """Read span exports into the knowledge graph. Rows of a session already in the
@@ -47,6 +47,8 @@ def ingest(
     for error in report.file_errors:
         err.print(f"[red]file error:[/red] {escape(error)}", highlight=False)
     unchanged = f"; {len(report.unchanged)} already stored unchanged" if report.unchanged else ""
+    if report.replaced:
+        unchanged += f"; {len(report.replaced)} stored session(s) deleted and built anew"
     out.print(
         f"ingested {len(report.sessions)} sessions ({report.spans} spans) from {report.files} file(s) "
         f"in {elapsed:.2f} s{unchanged}; {report.problem_count} row(s) not placed"

@@ -92,23 +92,14 @@ def write_sessions(
     """Sessions as ONE statement, so that each write is all or nothing on a store
     without multi-statement transactions (FalkorDB rolls a failed statement back).
 
-    First it removes what the graph holds of the sessions: `$clear` are all of
-    them (a new session may have nodes left by an older, multi-statement
-    writer), `$replaced` the stored sessions being rebuilt, whose Session and
-    results go too. Then nodes, structural nodes, states and links. Nodes are
+    First it removes what the graph holds of the sessions (`$clear`): nothing,
+    unless an older, multi-statement writer left nodes of them without their
+    Session. Then nodes, structural nodes, states and links. Nodes are
     merged on (id, sessionId): a node is never shared with another session, even
     by two writers racing. Parameters: `$now`, `$sessions` and the `*_param`
     names of the sections given; sections run one after the other, each on the
     single row `WITH count(*)` leaves, so an empty one does not stop the rest."""
-    parts = []
-    for label in _SESSION_OWNED:
-        parts.append(
-            f"UNWIND $clear AS sid MATCH (n:{label} {{sessionId: sid}}) "
-            f"OPTIONAL MATCH (n)-[:{_STATE_RELS}]->(st:{Label.STATE}) DETACH DELETE n, st"
-        )
-    parts.append(f"UNWIND $clear AS sid MATCH (st:{Label.STATE} {{sessionId: sid}}) DETACH DELETE st")
-    parts.append(f"UNWIND $replaced AS sid MATCH (x:{Label.METRIC_RESULT} {{sessionId: sid}}) DETACH DELETE x")
-    parts.append(f"UNWIND $replaced AS sid MATCH (s:{Label.SESSION} {{id: sid}}) DETACH DELETE s")
+    parts = _delete_parts("clear")
     for label in node_labels:
         parts.append(f"UNWIND ${nodes_param(label)} AS r MERGE (n:{label} {{id: r.id, sessionId: r.sessionId}}) SET n += r")
     parts.append(f"UNWIND $sessions AS r MERGE (n:{Label.SESSION} {{id: r.id}}) ON CREATE SET n.ingestedAt = $now SET n += r")
@@ -131,6 +122,26 @@ def write_sessions(
             f"MATCH (b:{target} {{id: r.t, sessionId: r.sid}}) MERGE (a)-[:{rel}]->(b)"
         )
     return " WITH count(*) AS _ ".join(parts) + " RETURN count(*) AS written"
+
+
+def _delete_parts(param: str) -> list[str]:
+    parts = [
+        f"UNWIND ${param} AS sid MATCH (n:{label} {{sessionId: sid}}) "
+        f"OPTIONAL MATCH (n)-[:{_STATE_RELS}]->(st:{Label.STATE}) DETACH DELETE n, st"
+        for label in _SESSION_OWNED
+    ]
+    parts.append(f"UNWIND ${param} AS sid MATCH (st:{Label.STATE} {{sessionId: sid}}) DETACH DELETE st")
+    return parts
+
+
+# A session, its calls, spans and states, and its metric results, in one statement.
+DELETE_SESSIONS = " WITH count(*) AS _ ".join(
+    [
+        *_delete_parts("ids"),
+        f"UNWIND $ids AS sid MATCH (x:{Label.METRIC_RESULT} {{sessionId: sid}}) DETACH DELETE x",
+        f"UNWIND $ids AS sid MATCH (s:{Label.SESSION} {{id: sid}}) DETACH DELETE s",
+    ]
+) + " RETURN count(*) AS deleted"
 
 
 def span_owners() -> str:

@@ -92,7 +92,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-def _session_statement(sessions: Sequence[SessionGraph], replace: set[str]) -> tuple[str, dict[str, Any]]:
+def _session_statement(sessions: Sequence[SessionGraph]) -> tuple[str, dict[str, Any]]:
     """The one statement that writes these sessions (see cypher.write_sessions)."""
     nodes: dict[Label, list[dict[str, Any]]] = defaultdict(list)
     session_rows: list[dict[str, Any]] = []
@@ -126,7 +126,6 @@ def _session_statement(sessions: Sequence[SessionGraph], replace: set[str]) -> t
 
     params: dict[str, Any] = {
         "clear": [g.session_id for g in sessions],
-        "replaced": sorted(replace & {g.session_id for g in sessions}),
         "now": time.time(),
         "sessions": session_rows,
         "agents": [{"name": n} for n in sorted(agents)],
@@ -163,18 +162,16 @@ class KnowledgeGraph:
 
     # -- ingestion ---------------------------------------------------------
 
-    def write_sessions(self, sessions: Sequence[SessionGraph], replace: Iterable[str] = ()) -> dict[str, str]:
-        """Write ingested sessions, each all or nothing: the batch goes as one
-        statement, and if that fails, each session alone, so one bad session
-        never costs the others. `replace`: stored sessions to rebuild (their old
-        nodes and metric results are removed in the same statement). Returns the
-        sessions that could not be written, with the reason; nothing of those is
-        left in the graph (and a replaced one keeps what it held)."""
+    def write_sessions(self, sessions: Sequence[SessionGraph]) -> dict[str, str]:
+        """Write ingested sessions that the graph does not hold, each all or
+        nothing: the batch goes as one statement, and if that fails, each session
+        alone, so one bad session never costs the others. Returns the sessions
+        that could not be written, with the reason; nothing of those is left in
+        the graph."""
         if not sessions:
             return {}
-        replace = set(replace)
         try:
-            self.backend.write([_session_statement(sessions, replace)])
+            self.backend.write([_session_statement(sessions)])
             return {}
         except Exception as exc:  # any failure of the batch: retried session by session
             if len(sessions) == 1:
@@ -184,11 +181,16 @@ class KnowledgeGraph:
         failed = {}
         for graph in sessions:
             try:
-                self.backend.write([_session_statement([graph], replace)])
+                self.backend.write([_session_statement([graph])])
             except Exception as exc:
                 log.warning("session %s not written: %s", graph.session_id, exc)
                 failed[graph.session_id] = _reason(exc)
         return failed
+
+    def delete_sessions(self, session_ids: Sequence[str]) -> None:
+        """Sessions with everything ingested of them and their metric results."""
+        for chunk in _chunks(list(session_ids), 200):
+            self.backend.write([(cypher.DELETE_SESSIONS, {"ids": chunk})])
 
     def span_owners(self, ids: Sequence[str]) -> dict[str, set[str]]:
         """Execution node id -> the sessions holding a node with that id."""

@@ -15,7 +15,8 @@ silently, and one bad row never fails another):
   holds (in the graph, or in an earlier row of the call) is not placed;
 - rows are never merged into a session already stored: rows it already holds
   (same content) change nothing, other rows are not placed; with `replace`, the
-  stored session is rebuilt from the rows of this call instead;
+  stored sessions the files have rows of are deleted (metric results included)
+  and built anew from those rows;
 - a parent cycle is broken (see `mapping`), with a notice per span on it;
 - each session is written all or nothing (see `KnowledgeGraph.write_sessions`);
   a session that fails to write is reported row by row and leaves nothing.
@@ -70,6 +71,7 @@ class IngestReport:
     files: int = 0
     rows: int = 0  # rows read, those of files that broke off included
     sessions: list[str] = field(default_factory=list)  # written by this call
+    replaced: list[str] = field(default_factory=list)  # stored sessions deleted to be built anew
     unchanged: list[str] = field(default_factory=list)  # already stored with these same rows
     spans: int = 0  # span nodes written by this call
     placed: int = 0  # rows that are in the graph after the call
@@ -161,8 +163,8 @@ def _session_digest(digests: dict[str, str]) -> str:
 
 
 class _Batch:
-    def __init__(self, stage: Stage, kg: "KnowledgeGraph", report: IngestReport, replace: bool):
-        self.stage, self.kg, self.report, self.replace = stage, kg, report, replace
+    def __init__(self, stage: Stage, kg: "KnowledgeGraph", report: IngestReport):
+        self.stage, self.kg, self.report = stage, kg, report
         # Identical copies of a kept row: they share its fate.
         self.twins: dict[tuple[str, str], list[StagedRow]] = {}
 
@@ -199,7 +201,7 @@ class _Batch:
 
         owners = self.kg.span_owners([span for kept in winners.values() for span in kept])
         stored = self.kg.stored_sessions(list(winners))
-        stored_digests = {} if self.replace else self.kg.stored_span_digests(list(stored))
+        stored_digests = self.kg.stored_span_digests(list(stored))
 
         graphs: list[SessionGraph] = []
         rows_of: dict[str, list[StagedRow]] = {}
@@ -215,7 +217,7 @@ class _Batch:
                     )
                 else:
                     free[span_id] = row
-            if session_id in stored and not self.replace:
+            if session_id in stored:
                 self._against_stored(session_id, free, stored_digests.get(session_id, {}))
                 continue
             if not free:
@@ -226,14 +228,12 @@ class _Batch:
             graphs.append(graph)
             rows_of[session_id] = list(free.values())
 
-        replaced = [g.session_id for g in graphs if g.session_id in stored]
-        failed = self.kg.write_sessions(graphs, replace=replaced) if graphs else {}
+        failed = self.kg.write_sessions(graphs) if graphs else {}
         for graph in graphs:
             sid = graph.session_id
             if sid in failed:
-                kept_before = " (the graph keeps the session as it was)" if sid in stored else ""
                 for row in rows_of[sid]:
-                    self.problem(row, f"session {sid!r} could not be written, so nothing of these rows is stored{kept_before}: {failed[sid]}")
+                    self.problem(row, f"session {sid!r} could not be written, so nothing of it is stored: {failed[sid]}")
                 continue
             self.report.sessions.append(sid)
             self.report.spans += len(rows_of[sid])
@@ -300,15 +300,22 @@ def ingest_paths(
     replace: bool = False,
     max_batch_bytes: int = MAX_BATCH_BYTES,
 ) -> IngestReport:
-    """Ingest span export files. `replace`: sessions already stored are rebuilt
-    from the rows of these files (their metric results are deleted) instead of
-    being left as they are."""
+    """Ingest span export files. `replace`: sessions already stored that the files
+    have rows of are deleted (with their metric results) and built anew from
+    those rows, instead of being left as they are."""
     report = IngestReport()
     with tempfile.TemporaryDirectory(prefix="mce-ingest-") as tmp, Stage(Path(tmp)) as stage:
         for path in paths:
             _stage_file(stage, Path(path), report)
         stage.finish()
-        batch = _Batch(stage, kg, report, replace)
+        if replace:
+            # Deleted first, so that the call then builds them as new: their span
+            # ids are free again, and running the same call twice gives the same graph.
+            for page in stage.session_pages():
+                stored = list(kg.stored_sessions(page))
+                kg.delete_sessions(stored)
+                report.replaced += stored
+        batch = _Batch(stage, kg, report)
         for sessions in stage.batches(max(1, batch_size), max_batch_bytes):
             batch.run(sessions)
         report.problem_count = stage.problem_count()

@@ -157,6 +157,17 @@ class Stage:
         if batch:
             yield self._load(batch)
 
+    def session_pages(self, size: int = 1000) -> Iterator[list[str]]:
+        """The sessions that have rows to place, a page at a time."""
+        page: list[str] = []
+        for session, _ in self._session_sizes():
+            page.append(session)
+            if len(page) >= size:
+                yield page
+                page = []
+        if page:
+            yield page
+
     def _session_sizes(self) -> Iterator[tuple[str, int]]:
         # Pages of sessions, so that no query stays open while the caller writes.
         after = ""  # session ids are never empty
