@@ -129,7 +129,7 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         if judged:
             config = context.op_execution_context.op_config or {}
             batch, judge_metadata = judge_batch(
-                metric, session_context, deps, prices(), context.resources.knowledge_graph, context.run_id,
+                metric, session_context, deps, prices(), context.resources.knowledge_graph, context.run.run_id,
                 config.get("budget_usd"), context.log,
             )
         else:

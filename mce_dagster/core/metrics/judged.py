@@ -115,13 +115,15 @@ def judge_task(definition, entity: Node, ctx: SessionContext) -> JudgeTask | Not
 
 
 def judged(entity: Node, inp: EvaluationInput) -> Outcome:
-    """Every native judged metric: the judge's replies for this entity as a value."""
-    task = judge_task(inp.definition, entity, inp.session)
-    if isinstance(task, NotApplicable):
-        return task
+    """Every native judged metric: the judge's replies for this entity as a value.
+    With no judge (no judgments at all) every entity fails with that reason, as in a
+    Dagster run without a model; no text is needed to say so."""
     judgments: Mapping[str, object] | None = inp.judgments
     if judgments is None:
         raise MetricFailure(NO_JUDGE)
+    task = judge_task(inp.definition, entity, inp.session)
+    if isinstance(task, NotApplicable):
+        return task
     judgment = judgments.get(entity.id)
     if judgment is None:
         raise MetricFailure("no judge call was made for this entity")
