@@ -4,12 +4,14 @@ The stock `SqliteEventLogStorage` (dagster 1.13.27) builds a new NullPool engine
 every connection it opens and another for every `has_table`, and has no
 `store_event_batch` of its own, so a batch is written event by event. Here each shard
 (one SQLite file per run plus the `index` shard) keeps one engine, and a batch is
-written with stock `store_event` inside one transaction per shard: what is stored is
-exactly what the stock storage stores, on the same files, in the same schema.
+written in one transaction per shard: asset events with a statement per table, the
+same rows stock `store_event` writes; any other batch by stock `store_event`, whose
+connects join those transactions. Same files, same schema: stock storage reads them.
 
 This rests on private parts of the pinned dagster (`_connect`, `_initdb`,
-`_initialized_dbs`, `_has_asset_key_col_on_connection`); tests/test_instance_sqlite.py
-checks them against it.
+`_initialized_dbs`, `_event_to_row`, `_get_asset_entry_values`,
+`_store_asset_event_tags`, `_has_asset_key_col_on_connection`);
+tests/test_instance_sqlite.py checks them against it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from typing import Any
 
 import sqlalchemy as db
 from dagster._core.errors import DagsterInvariantViolationError
-from dagster._core.events import DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
@@ -33,15 +34,7 @@ from dagster._serdes import ConfigurableClassData
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
-# Batches of these (all that Dagster batches but asset check plans, and failures,
-# which SQLite does not store) take the statement-per-table path.
-_FAST_TYPES = frozenset(
-    {
-        DagsterEventType.ASSET_MATERIALIZATION,
-        DagsterEventType.ASSET_OBSERVATION,
-        DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
-    }
-)
+from .batch import latest_asset_rows, takes_fast_path
 
 #: Run shards whose engine stays open: a run writes one; the webserver reads many.
 MAX_OPEN_RUN_SHARDS = 8
@@ -164,7 +157,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                     # `last` are this batch's.
                     run_conn.execute(SqlEventLogStorageTable.delete().where(db.false()))
                     last = run_conn.execute(db.select(db.func.max(SqlEventLogStorageTable.c.id))).scalar() or 0
-                    if all(event.dagster_event_type in _FAST_TYPES for event in events):
+                    if takes_fast_path(events):
                         self._write_asset_events(run_conn, index_conn, events)
                     else:
                         # Stock code, event by event; its connects join the two transactions.
@@ -200,23 +193,9 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         if len(event_ids) != len(events):
             raise DagsterInvariantViolationError(f"stored {len(event_ids)} of {len(events)} events in the index shard")
         self._store_asset_event_tags(index_conn, events, event_ids)
-        index_cols = self._has_asset_key_index_cols_on_connection(index_conn)
-        # Each event sets some columns of its asset's row; the last to set one wins. From
-        # the end: a materialization sets every column the others set, so events before
-        # it are skipped (they would each serialize the whole event again).
-        latest: dict[str, dict[str, Any]] = {}
-        for event, event_id in zip(reversed(events), reversed(event_ids)):
-            asset_key = event.dagster_event.asset_key if event.dagster_event else None
-            if asset_key is None:
-                continue
-            merged = latest.setdefault(asset_key.to_string(), {})
-            if "last_materialization" in merged:
-                continue
-            for column, value in self._get_asset_entry_values(event, event_id, index_cols).items():
-                merged.setdefault(column, value)
-        for asset_key, values in latest.items():
-            if values:
-                self._upsert_asset_key(index_conn, asset_key, values)
+        rows = latest_asset_rows(self, events, event_ids, self._has_asset_key_index_cols_on_connection(index_conn))
+        for asset_key, values in rows.items():
+            self._upsert_asset_key(index_conn, asset_key, values)
 
     # -- files going away -------------------------------------------------------------
 
