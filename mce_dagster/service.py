@@ -213,3 +213,53 @@ def verify_answer(result_id: str, text: str, scoped: bool = True) -> dict[str, A
     from .settings import Settings
 
     return verify(load_result(Settings.from_env().mce_home, result_id), text, scoped=scoped)
+
+
+def submit_compute(session_ids: Sequence[str], metrics: Sequence[str] | None = None) -> list[str]:
+    """Submit the evaluation as Dagster runs through the instance, executed by worker
+    processes (serve.runs): the run ids, at once."""
+    from .serve.runs import submit
+
+    if not session_ids:
+        raise InputError("session_ids: give at least one session id")
+    if metrics is not None:
+        for name in metrics:
+            catalog().resolve(name)  # an unknown metric fails before any run exists
+    return submit(session_ids, metrics)
+
+
+def run_report(run_id: str) -> dict[str, Any] | None:
+    """A submitted run's status and, once done, its sessions' results (None: no such run)."""
+    from .serve.runs import report
+
+    return report(run_id)
+
+
+def status() -> dict[str, Any]:
+    """Whether the graph and the Dagster instance are reachable, and the versions."""
+    import platform
+    from importlib.metadata import version
+
+    from .settings import Settings
+
+    out: dict[str, Any] = {"versions": {"mce-dagster": version("mce-dagster"), "python": platform.python_version()}}
+    try:
+        kg = open_graph()
+        out["graph"] = {"reachable": True, "where": describe(), "sessions": kg.count_sessions(), "results": kg.count_results()}
+    except Exception as exc:  # reported, not raised: this is the health check
+        out["graph"] = {"reachable": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    try:
+        from .runner import dagster_instance
+
+        instance = dagster_instance()
+        out["instance"] = {"reachable": True, "dagster_home": str(Settings.from_env().dagster_home), "runs": instance.get_runs_count()}
+        out["versions"]["dagster"] = version("dagster")
+    except Exception as exc:
+        out["instance"] = {"reachable": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return out
+
+
+def unknown_sessions(session_ids: Sequence[str], kg: KnowledgeGraph | None = None) -> list[str]:
+    """The given sessions the graph does not hold."""
+    known = (kg or open_graph()).existing_sessions(list(session_ids))
+    return [s for s in session_ids if s not in known]

@@ -1,0 +1,128 @@
+"""The REST API (the `[api]` extra): the engine as a service, over `mce_dagster.service`.
+
+    mce serve --api 8000       # 127.0.0.1 only; the schema at /openapi.json
+
+`POST /compute_metrics` submits the evaluation as Dagster runs through the instance
+and returns their ids; `GET /runs/{id}` reports progress and, once done, the results
+in the format of `mce kg metric get --json`. Bad input is a 4xx whose body names the
+field: `{"error": ..., "field": ...}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import service
+from ..errors import MCEError, UnknownMetricError, UnknownSessionError
+
+HOST = "127.0.0.1"
+# What an id may look like: printable, no path separators, bounded.
+ID_PATTERN = r"^[^/\s\x00-\x1f]{1,200}$"
+
+
+class ComputeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session_ids: list[str] = Field(min_length=1, max_length=10_000, description="Sessions of the knowledge graph to evaluate.")
+    metrics: list[str] | None = Field(
+        None, min_length=1, description="Metric names (Name, provider.Name, Scope/Name); null for every enabled metric."
+    )
+
+
+class ComputeResponse(BaseModel):
+    run_ids: list[str]
+
+
+class Problem(BaseModel):
+    error: str
+    field: str | None = None
+
+
+class RunReport(BaseModel):
+    run_id: str
+    status: str
+    done: bool
+    sessions: list[str]
+    results: list[dict[str, Any]] | None = None
+
+
+def _problem(status: int, error: str, field: str | None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": error, "field": field})
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, error: str, field: str | None = None):
+        super().__init__(error)
+        self.status, self.error, self.field = status, error, field
+
+
+def build_app() -> FastAPI:
+    app = FastAPI(
+        title="mce",
+        version="0.1.0",
+        description="Metrics over multi-agent sessions: the catalog, stored results, and evaluations run through Dagster.",
+    )
+    errors = {400: {"model": Problem}, 404: {"model": Problem}, 422: {"model": Problem}}
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        field = ".".join(loc) or None
+        return _problem(422, f"{field or 'request'}: {first.get('msg', 'invalid')}", field)
+
+    @app.exception_handler(_Refused)
+    async def _refused(request: Request, exc: _Refused) -> JSONResponse:
+        return _problem(exc.status, exc.error, exc.field)
+
+    @app.get("/metrics", summary="The metric catalog")
+    def metrics() -> list[dict[str, Any]]:
+        return [service.get_metric(m["metric"]) for m in service.list_metrics()]
+
+    @app.get("/status", summary="Graph and Dagster instance reachable, and versions")
+    def status() -> dict[str, Any]:
+        return service.status()
+
+    @app.post("/compute_metrics", summary="Submit an evaluation as Dagster runs", status_code=202, responses=errors)
+    def compute_metrics(body: ComputeRequest) -> ComputeResponse:
+        try:
+            return ComputeResponse(run_ids=service.submit_compute(body.session_ids, body.metrics))
+        except UnknownSessionError as exc:
+            raise _Refused(404, str(exc), "session_ids") from None
+        except UnknownMetricError as exc:
+            raise _Refused(422, str(exc), "metrics") from None
+        except MCEError as exc:
+            raise _Refused(400, str(exc)) from None
+
+    @app.get("/runs/{run_id}", summary="A submitted run: progress, and its results once done", responses=errors)
+    def run(run_id: str = Path(pattern=ID_PATTERN)) -> RunReport:
+        found = service.run_report(run_id)
+        if found is None:
+            raise _Refused(404, f"no run {run_id} in the Dagster instance", "run_id")
+        return RunReport(**found)
+
+    @app.get("/sessions/{session_id}/metrics", summary="A session's stored results", responses=errors)
+    def session_metrics(
+        session_id: str = Path(pattern=ID_PATTERN),
+        recursive: bool = Query(False, description="Include the results on the session's calls."),
+    ) -> list[dict[str, Any]]:
+        try:
+            rows = service.results(session_id, recursive=recursive)
+        except MCEError as exc:
+            raise _Refused(400, str(exc)) from None
+        if not rows and service.unknown_sessions([session_id]):
+            raise _Refused(404, f"session {session_id} is not in the knowledge graph", "session_id")
+        return rows
+
+    return app
+
+
+def serve_api(port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(build_app(), host=HOST, port=port, log_level="warning")
