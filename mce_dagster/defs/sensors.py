@@ -204,10 +204,14 @@ def queue_tick(
         ch.confirm_delivery()
         q.declare(ch, settings.session_queue)
         messages: list[_Message] = []
-        while len(messages) < settings.sensor_batch and time.monotonic() < fetch_until:
+        # Messages of pending sessions (the ones the last ticks left unacked) are
+        # acked on sight and do not count against the batch; a hard cap bounds them.
+        fetched_cap = 4 * settings.sensor_batch
+        while len(messages) < settings.sensor_batch and report.fetched < fetched_cap and time.monotonic() < fetch_until:
             method, props, body = ch.basic_get(settings.session_queue, auto_ack=False)
             if method is None:
                 break
+            report.fetched += 1
             headers = dict(props.headers or {})
             if headers.get(q.TICK) == token:  # republished by this tick: the queue has wrapped
                 report.held += 1
@@ -216,8 +220,12 @@ def queue_tick(
                 session_id, reason = q.parse(body).session_id, None
             except InputError as exc:
                 session_id, reason = None, str(exc)
+            if session_id is not None and session_id in cursor.pending:
+                ch.basic_ack(method.delivery_tag)
+                cursor.pending[session_id][1] = True
+                report.acked_known += 1
+                continue
             messages.append(_Message(method.delivery_tag, headers, body, session_id, reason))
-        report.fetched = len(messages)
 
         for m in messages:
             if m.reason is not None:
