@@ -126,7 +126,9 @@ def _session_statement(sessions: Sequence[SessionGraph]) -> tuple[str, dict[str,
 
     params: dict[str, Any] = {
         "clear": [g.session_id for g in sessions],
-        "now": time.time(),
+        # Milliseconds: FalkorDB answers doubles rounded to 15 digits, and the poll
+        # sensor's keyset cursor compares ingestedAt for equality with what it read.
+        "now": round(time.time(), 3),
         "sessions": session_rows,
         "agents": [{"name": n} for n in sorted(agents)],
         "tools": [{"name": n, "description": p.get("description"), "parameters": p.get("parameters")} for n, p in sorted(tools.items())],
