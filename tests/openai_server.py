@@ -6,6 +6,8 @@ Replies are scripted: a `responder(request) -> Reply` decides each answer (a
 completion with log-probabilities and usage, or the error bodies real providers
 send: 400 for an unsupported parameter, 429 with Retry-After, 500, or a reply
 slower than the client's timeout). Every request body is kept in `requests`.
+`latency` delays every reply by a fixed number of seconds, as a model's time to
+answer would (benchmarks of concurrent calls).
 """
 
 from __future__ import annotations
@@ -90,8 +92,10 @@ def logprobs_content(text: str, score_probs: Mapping[str, float] | None) -> list
 class FakeOpenAI:
     """`with FakeOpenAI(responder) as server:`; `server.base_url` ends in /v1."""
 
-    def __init__(self, responder: Responder | None = None):
+    def __init__(self, responder: Responder | None = None, latency: float = 0.0):
         self.responder: Responder = responder or (lambda req: Completion("Fine.\nScore: 4", {"4": 1.0}))
+        # Seconds added to every reply, on top of its own `delay`.
+        self.latency = latency
         self.requests: list[dict[str, Any]] = []
         self.request_times: list[float] = []
         self._lock = threading.Lock()
@@ -137,8 +141,9 @@ class FakeOpenAI:
                 if not self.path.rstrip("/").endswith("chat/completions"):
                     return self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
                 reply = server.responder(body)
-                if reply.delay:
-                    time.sleep(reply.delay)
+                wait = server.latency + reply.delay
+                if wait:
+                    time.sleep(wait)
                 if isinstance(reply, Error):
                     payload = {"error": {"message": reply.message, "type": reply.type, "param": reply.param, "code": reply.code}}
                     return self._send(reply.status, payload, reply.headers)
