@@ -39,6 +39,12 @@ bench: install
 bench-bookkeeping: install
 	$(VENV)/bin/python bench/bookkeeping.py
 
+# Judge calls, tokens and cost per session per judged metric, and concurrent calls
+# against sequential ones, on the local OpenAI-compatible server (no key, no network).
+.PHONY: bench-judge
+bench-judge: install
+	$(VENV)/bin/python bench/judge.py
+
 clean:
 	-$(VENV)/bin/mce kg stop
 	rm -rf $(VENV) .mce
