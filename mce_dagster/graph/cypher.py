@@ -224,6 +224,43 @@ READ_RESULTS_FOR = (
 
 COUNT_RESULTS = f"MATCH (x:{Label.METRIC_RESULT}) RETURN count(x) AS n"
 
+
+def select_sessions(*, ids: bool = False, app: bool = False, since: bool = False, until: bool = False, evaluated: bool | None = None) -> str:
+    """Sessions by the filters given, as parameters: `$ids`, `$app`, `$since` and
+    `$until` (session start, Unix seconds, half-open); `evaluated` keeps those
+    holding results (True) or none (False). Columns: id, app, startTime, endTime,
+    results (how many results the session holds), by start time then id."""
+    conditions = [c for c, given in (
+        ("s.id IN $ids", ids),
+        ("s.appName = $app", app),
+        ("s.startTime >= $since", since),
+        ("s.startTime < $until", until),
+    ) if given]
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    held = {None: "", True: " WHERE results > 0", False: " WHERE results = 0"}[evaluated]
+    return (
+        f"MATCH (s:{Label.SESSION}){where} "
+        f"OPTIONAL MATCH (x:{Label.METRIC_RESULT} {{sessionId: s.id}}) "
+        f"WITH s, count(x) AS results{held} "
+        "RETURN s.id AS id, s.appName AS app, s.startTime AS startTime, s.endTime AS endTime, results "
+        "ORDER BY s.startTime, s.id"
+    )
+
+
+def select_results(*, keys: bool = False, scopes: bool = False) -> str:
+    """The results of the sessions `$ids`, narrowed to the metrics `$keys`
+    (`Scope/provider.Name`) or the scopes `$scopes` when given; in the order of
+    READ_RESULTS, ties by id. Column: props."""
+    conditions = ["x.sessionId IN $ids"]
+    if keys:
+        conditions.append("(x.scope + '/' + x.provider + '.' + x.name) IN $keys")
+    if scopes:
+        conditions.append("x.scope IN $scopes")
+    return (
+        f"MATCH (x:{Label.METRIC_RESULT}) WHERE {' AND '.join(conditions)} "
+        "RETURN properties(x) AS props ORDER BY x.sessionId, x.scope, x.name, x.entityId, x.id"
+    )
+
 DELETE_SESSION_RESULTS = (
     f"MATCH (x:{Label.METRIC_RESULT}) WHERE x.sessionId IN $ids DETACH DELETE x"
 )

@@ -92,6 +92,17 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
+def _result_props(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A MetricResult's properties, its metadata decoded when it is JSON text."""
+    props = dict(stored)
+    if isinstance(props.get("metadata"), str):
+        try:
+            props["metadata"] = json.loads(props["metadata"])
+        except json.JSONDecodeError:
+            pass
+    return props
+
+
 def _session_statement(sessions: Sequence[SessionGraph]) -> tuple[str, dict[str, Any]]:
     """The one statement that writes these sessions (see cypher.write_sessions)."""
     nodes: dict[Label, list[dict[str, Any]]] = defaultdict(list)
@@ -304,16 +315,35 @@ class KnowledgeGraph:
             )
         else:
             rows = self.backend.query(cypher.READ_RESULTS, {"ids": list(session_ids)})
-        out = []
-        for row in rows:
-            props = dict(row["props"])
-            if isinstance(props.get("metadata"), str):
-                try:
-                    props["metadata"] = json.loads(props["metadata"])
-                except json.JSONDecodeError:
-                    pass
-            out.append(props)
-        return out
+        return [_result_props(row["props"]) for row in rows]
+
+    def select_results(
+        self, session_ids: Sequence[str], *, keys: Sequence[str] | None = None, scopes: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The sessions' results, only of the metrics `keys` (`Scope/provider.Name`)
+        or at the `scopes` when given; one query."""
+        params: dict[str, Any] = {"ids": list(session_ids)}
+        if keys:
+            params["keys"] = list(keys)
+        if scopes:
+            params["scopes"] = list(scopes)
+        rows = self.backend.query(cypher.select_results(keys=bool(keys), scopes=bool(scopes)), params)
+        return [_result_props(row["props"]) for row in rows]
+
+    def select_sessions(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        app: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        evaluated: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        """Sessions by the filters given (start time in Unix seconds, half-open), with
+        how many results each holds (see cypher.select_sessions)."""
+        given = {k: v for k, v in {"ids": None if ids is None else list(ids), "app": app, "since": since, "until": until}.items() if v is not None}
+        statement = cypher.select_sessions(**{k: True for k in given}, evaluated=evaluated)
+        return self.backend.query(statement, given)
 
     def count_results(self) -> int:
         return int(self.backend.query(cypher.COUNT_RESULTS)[0]["n"])
