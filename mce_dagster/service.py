@@ -8,18 +8,21 @@ evaluate, so reading results or ingesting starts fast.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core.ontology import Label, Scope
-from .errors import InputError, UnknownMetricError
+from .errors import InputError, UnknownMetricError, UnknownSessionError
 from .graph import KnowledgeGraph, describe, open_graph, stop_embedded_server
-from .results import to_public
+from .results import TABLE_FORMATS, ResultSelection, TableWriter, frame, to_public
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
+    import pandas
+
+    from .catalog import Catalog, CatalogMetric
     from .ingest import IngestReport
     from .runner import ComputeOutcome
 
@@ -109,6 +112,188 @@ def results(
 def session_results(session_ids: Sequence[str], kg: KnowledgeGraph | None = None) -> list[dict[str, Any]]:
     """Every result stored for the sessions, at every scope."""
     return [to_public(p) for p in (kg or open_graph()).read_results(list(session_ids))]
+
+
+def list_sessions(
+    app: str | None = None,
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+    evaluated: bool | None = None,
+    kg: KnowledgeGraph | None = None,
+) -> list[dict[str, Any]]:
+    """Sessions in the graph by start time: id, app, start and end (Unix seconds) and
+    how many results each holds. `since`/`until`: ISO 8601 or a datetime (UTC unless
+    it says otherwise) on the session's start, half-open; `evaluated`: only those
+    holding results (True) or none (False)."""
+    t_since, t_until = parse_window(since, until)
+    rows = (kg or open_graph()).select_sessions(app=app, since=t_since, until=t_until, evaluated=evaluated)
+    return [
+        {"session_id": r["id"], "app": r["app"], "start_time": r["startTime"], "end_time": r["endTime"], "results": int(r["results"])}
+        for r in rows
+    ]
+
+
+# -- results as tables (Parquet, CSV, pandas) ---------------------------------------
+
+# Results read per query and held at once while exporting: whole sessions up to
+# this many results (a session holding more is read alone).
+EXPORT_BATCH_ROWS = 10_000
+
+
+def parse_time(value: str | datetime | None, name: str) -> float | None:
+    """ISO 8601 text or a datetime (UTC unless it says otherwise) -> Unix seconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise InputError(f"{name} {value!r} is not an ISO 8601 date or time (as in 2025-03-01 or 2025-03-01T12:00:00Z)") from None
+    if not isinstance(value, datetime):
+        raise InputError(f"{name} {value!r} is not an ISO 8601 date or time")
+    return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def parse_window(since: str | datetime | None, until: str | datetime | None) -> tuple[float | None, float | None]:
+    start, end = parse_time(since, "since"), parse_time(until, "until")
+    if start is not None and end is not None and start >= end:
+        raise InputError(f"since ({since}) must be before until ({until})")
+    return start, end
+
+
+def split_names(values: str | Iterable[str] | None) -> list[str]:
+    """Names given repeated or as comma lists (`Duration,Cost`), in order, once each."""
+    if values is None:
+        return []
+    items = [values] if isinstance(values, str) else list(values)
+    return list(dict.fromkeys(n.strip() for item in items for n in item.split(",") if n.strip()))
+
+
+def _scopes(values: str | Iterable[str] | None) -> list[Scope]:
+    scopes = []
+    for text in split_names(values):
+        try:
+            scopes.append(Scope(text))
+        except ValueError:
+            known = ", ".join(s.value for s in Scope)
+            raise UnknownMetricError(f"unknown scope {text!r} (scopes: {known})") from None
+    return scopes
+
+
+def _resolve(name: str, scopes: Sequence[Scope]) -> list["CatalogMetric"]:
+    """The metrics a name stands for, at the scopes given where it is defined; an
+    error naming it when it stands for none."""
+    if not scopes:
+        return catalog().resolve(name)
+    found: list[CatalogMetric] = []
+    refused: UnknownMetricError | None = None
+    for scope in scopes:
+        try:
+            found.extend(catalog().resolve(name, scope))
+        except UnknownMetricError as exc:
+            refused = exc
+    if not found and refused is not None:
+        raise refused
+    return found
+
+
+def select_results(
+    metrics: str | Iterable[str] | None = None,
+    scopes: str | Iterable[str] | None = None,
+    sessions: str | Iterable[str] | None = None,
+    app: str | None = None,
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+    kg: KnowledgeGraph | None = None,
+) -> ResultSelection:
+    """Which stored results the filters keep. `metrics`: names as the catalog
+    resolves them (Name, provider.Name, Scope/Name), at every scope they are
+    defined at or at `scopes`; `sessions`: ids, each one the graph must hold;
+    `since`/`until`: on the session's start time (see list_sessions)."""
+    kg = kg or open_graph()
+    scope_list = _scopes(scopes)
+    keys = [f"{m.scope.value}/{m.provider}.{m.name}" for name in split_names(metrics) for m in _resolve(name, scope_list)]
+    t_since, t_until = parse_window(since, until)
+    ids = split_names(sessions) or None
+    if ids:
+        missing = unknown_sessions(ids, kg)
+        if missing:
+            raise UnknownSessionError(missing)
+    rows = kg.select_sessions(ids=ids, app=app, since=t_since, until=t_until, evaluated=True)
+    # By id, the order each batch's query sorts in, so the rows' order does not
+    # depend on where batches end.
+    return ResultSelection(
+        sessions=tuple(sorted((r["id"], int(r["results"])) for r in rows)),
+        keys=tuple(dict.fromkeys(keys)) or None,
+        scopes=None if keys else tuple(s.value for s in scope_list) or None,
+    )
+
+
+def result_batches(
+    selection: ResultSelection, batch_rows: int = EXPORT_BATCH_ROWS, kg: KnowledgeGraph | None = None
+) -> Iterator[tuple[list[str], list[dict[str, Any]]]]:
+    """The selected results, one query per batch of sessions: (the batch's
+    sessions, their results as `results()` gives them)."""
+    kg = kg or open_graph()
+    for ids in selection.batches(batch_rows):
+        rows = kg.select_results(ids, keys=selection.keys, scopes=selection.scopes)
+        yield ids, [to_public(p) for p in rows]
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    path: Path
+    format: str
+    rows: int
+    sessions: int  # sessions with at least one row in the file
+
+
+def export_results(
+    selection: ResultSelection,
+    output: Path | str,
+    fmt: str = "parquet",
+    batch_rows: int = EXPORT_BATCH_ROWS,
+    on_batch: Callable[[int], None] | None = None,
+    kg: KnowledgeGraph | None = None,
+) -> ExportReport:
+    """The selected results into one Parquet or CSV file, one row per result, written
+    batch by batch. The file replaces `output` once complete, and has the columns
+    even when no result is selected. `on_batch(n)` is told each batch's sessions."""
+    if fmt not in TABLE_FORMATS:
+        raise InputError(f"format {fmt!r} is not one of {', '.join(TABLE_FORMATS)}")
+    output = Path(output)
+    if not output.parent.is_dir():
+        raise InputError(f"cannot write {output}: the directory {output.parent} does not exist")
+    partial = output.with_name(output.name + ".partial")
+    writer = TableWriter(partial, fmt)
+    sessions = 0
+    try:
+        for ids, rows in result_batches(selection, batch_rows, kg):
+            writer.write(rows)
+            sessions += len({r["session_id"] for r in rows})
+            if on_batch:
+                on_batch(len(ids))
+    except BaseException:
+        writer.close()
+        partial.unlink(missing_ok=True)
+        raise
+    writer.close()
+    partial.replace(output)
+    return ExportReport(output, fmt, writer.rows, sessions)
+
+
+def results_frame(
+    metrics: str | Iterable[str] | None = None,
+    scopes: str | Iterable[str] | None = None,
+    sessions: str | Iterable[str] | None = None,
+    app: str | None = None,
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+    kg: KnowledgeGraph | None = None,
+) -> "pandas.DataFrame":
+    """The results `export_results` would write for these filters, as a DataFrame."""
+    selection = select_results(metrics, scopes, sessions, app, since, until, kg=kg)
+    return frame(rows for _, rows in result_batches(selection, kg=kg))
 
 
 # -- the graph -------------------------------------------------------------------
