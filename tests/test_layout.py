@@ -132,3 +132,10 @@ def test_commands_that_need_no_dagster_do_not_import_it(command, mce_home):
     loaded = _loaded_by(_cli(*command), env={"MCE_HOME": str(mce_home)})
     assert "falkordb" in loaded or command[0] == "ingest"
     assert "dagster" not in loaded, f"mce {' '.join(command)} imported dagster"
+
+
+@pytest.mark.parametrize("command", [("--help",), ("ingest", "absent.json"), ("kg", "metric", "get", "absent-session")])
+def test_only_tables_load_pandas_and_pyarrow(command, mce_home):
+    """`mce export` and `results_frame` import them when they run, nothing else."""
+    loaded = _loaded_by(_cli(*command), env={"MCE_HOME": str(mce_home)})
+    assert not loaded & {"pandas", "pyarrow"}, f"mce {' '.join(command)} imported pandas or pyarrow"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._output import Commands
 from .demo import commands as demo_commands
 from .evaluate import commands as evaluate_commands
+from .export import commands as export_commands
 from .kg import kg_app
 from .metric import metric_app, provider_app
 from .prices import prices_app
@@ -18,6 +19,7 @@ from .serve import commands as serve_commands
 app = Commands(help="Metrics Computation Engine for multi-agent systems, on Dagster.", no_args_is_help=True)
 app.add_typer(evaluate_commands)  # no name: `mce ingest`, `mce compute` at the top
 app.add_typer(demo_commands)
+app.add_typer(export_commands)  # `mce export`
 app.add_typer(metric_app, name="metric")
 app.add_typer(provider_app, name="provider")
 app.add_typer(kg_app, name="kg")
