@@ -262,10 +262,13 @@ def export_results(
     if fmt not in TABLE_FORMATS:
         raise InputError(f"format {fmt!r} is not one of {', '.join(TABLE_FORMATS)}")
     output = Path(output)
-    if not output.parent.is_dir():
-        raise InputError(f"cannot write {output}: the directory {output.parent} does not exist")
+    if output.is_dir() or not output.parent.is_dir():
+        raise InputError(f"cannot write {output}: " + ("it is a directory" if output.is_dir() else f"the directory {output.parent} does not exist"))
     partial = output.with_name(output.name + ".partial")
-    writer = TableWriter(partial, fmt)
+    try:
+        writer = TableWriter(partial, fmt)
+    except OSError as exc:
+        raise InputError(f"cannot write {output}: {exc}") from None
     sessions = 0
     try:
         for ids, rows in result_batches(selection, batch_rows, kg):

@@ -174,6 +174,8 @@ def test_bad_input_is_one_line_and_exit_2(mce_home, sessions, out):
         assert not path.exists()
     done = export(mce_home, out / "no-such-dir" / "x.parquet", check=False)
     assert done.returncode == 2 and "does not exist" in done.stderr
+    done = export(mce_home, out, check=False)
+    assert done.returncode == 2 and "it is a directory" in done.stderr
 
 
 def test_batches_bound_what_is_read_not_what_is_written(mce_home, sessions, out):
