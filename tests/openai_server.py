@@ -89,6 +89,13 @@ def logprobs_content(text: str, score_probs: Mapping[str, float] | None) -> list
     return out
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default backlog of 5 drops connections beyond it when many
+    # clients connect at once, and each dropped one waits a second to retry.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class FakeOpenAI:
     """`with FakeOpenAI(responder) as server:`; `server.base_url` ends in /v1."""
 
@@ -162,8 +169,7 @@ class FakeOpenAI:
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
                     pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 

@@ -44,3 +44,11 @@ def test_concurrent_requests_wait_side_by_side():
             concurrent = timed(lambda: list(pool.map(lambda _: ask(server.base_url), range(4))))
     assert sequential >= 1.6
     assert concurrent < sequential / 2
+
+
+def test_many_clients_connecting_at_once_are_all_accepted():
+    # A refused connection is retried a second later: the whole batch would take over 1.3 s.
+    with FakeOpenAI(latency=0.3) as server:
+        with ThreadPoolExecutor(24) as pool:
+            elapsed = timed(lambda: list(pool.map(lambda _: ask(server.base_url), range(24))))
+    assert elapsed < 1.2
