@@ -139,12 +139,14 @@ def metric_rows(metrics: Sequence[str], sessions: int, passes: Mapping[int, Mapp
             "judge_s_sequential": seq.get(SECONDS, 0.0),
             "judge_s_concurrent": conc.get(SECONDS, 0.0),
             "speedup": seq.get(SECONDS, 0.0) / conc[SECONDS] if conc.get(SECONDS) else None,
+            # A retried call (timeout, 5xx) would inflate one pass's time: shown, not hidden.
+            "retries": seq.get("judge retries", 0) + conc.get("judge retries", 0),
         })
     return rows
 
 
 def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    keys = ("entities", "evaluated", "failed", "calls", "calls_per_session", "tokens_per_session", "cost_per_session",
+    keys = ("entities", "evaluated", "failed", "calls", "retries", "calls_per_session", "tokens_per_session", "cost_per_session",
             "judge_s_sequential", "judge_s_concurrent")
     out = {k: sum(r[k] for r in rows) for k in keys}
     out["speedup"] = out["judge_s_sequential"] / out["judge_s_concurrent"] if out["judge_s_concurrent"] else None
@@ -174,7 +176,8 @@ def table(report: Mapping[str, Any]) -> str:
         "",
         f"Dagster runs, wall: {report['wall_s_sequential']:.1f} s at concurrency 1, {report['wall_s_concurrent']:.1f} s at {c} "
         f"({report['wall_s_sequential'] / report['wall_s_concurrent']:.1f}x); "
-        f"same results in both passes: {'yes' if report['same_results'] else 'NO'} ({report['results']} results)",
+        f"same results in both passes: {'yes' if report['same_results'] else 'NO'} ({report['results']} results); "
+        f"judge calls retried: {report['totals']['retries']}",
     ]
     return "\n".join(lines)
 
