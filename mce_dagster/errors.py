@@ -24,6 +24,11 @@ class ServiceError(MCEError):
     """A service the engine needs (the graph server, Dagster's storage) is unavailable."""
 
 
+class GraphUnavailableError(ServiceError):
+    """The graph server did not answer (down, connection dropped) or kept refusing a
+    transaction as transient; trying again later may succeed."""
+
+
 class UnknownSessionError(InputError):
     """Sessions asked for that the knowledge graph does not hold."""
 

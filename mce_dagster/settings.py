@@ -26,6 +26,9 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("NEO4J_USERNAME", "neo4j", "the Neo4j user (also KG_DB_USER)"),
     ("NEO4J_PASSWORD", "none", "the Neo4j password (also KG_DB_PASSWORD); never logged"),
     ("NEO4J_DATABASE", "the server's default", "the Neo4j database (also KG_DB_NAME)"),
+    ("NEO4J_RETRY_SECONDS", "30", "how long the Neo4j driver retries a transaction on a dropped connection before the graph counts as unreachable"),
+    ("MCE_GRAPH_RETRIES", "3", "times a run step that finds the graph unreachable is retried before the run fails (the daemon's run retries take over then)"),
+    ("MCE_GRAPH_RETRY_WAIT_SECONDS", "10", "seconds between those step retries"),
     ("LLM_MODEL_NAME", "unset: judged metrics are skipped", "the judge model, as LiteLLM names it (openai/gpt-4o-mini, ollama/llama3.1, ...)"),
     ("OPENAI_API_KEY", "unset", "the judge's API key (LiteLLM's own provider variables work too); never logged"),
     ("LLM_BASE_MODEL_URL_MCE", "the provider's", "an OpenAI-compatible endpoint for the judge (vLLM, Ollama, a LiteLLM proxy)"),
@@ -122,6 +125,9 @@ class Settings:
     neo4j_user: str = "neo4j"
     neo4j_password: str = field(default="", repr=False)
     neo4j_database: str | None = None
+    neo4j_retry_seconds: float = 30.0
+    graph_retries: int = 3
+    graph_retry_wait_seconds: float = 10.0
     #: the broker of the session queue, as an AMQP URL (it holds the password)
     rabbitmq_url: str = field(default="amqp://guest:guest@127.0.0.1:5672/%2F", repr=False)
     session_queue: str = "new_session_to_mce"
@@ -152,6 +158,9 @@ class Settings:
             neo4j_user=env.get("NEO4J_USERNAME") or env.get("KG_DB_USER") or "neo4j",
             neo4j_password=env.get("NEO4J_PASSWORD") or env.get("KG_DB_PASSWORD") or "",
             neo4j_database=env.get("NEO4J_DATABASE") or env.get("KG_DB_NAME") or None,
+            neo4j_retry_seconds=_bounded(env, "NEO4J_RETRY_SECONDS", 30.0, float, 0.0),
+            graph_retries=_bounded(env, "MCE_GRAPH_RETRIES", 3, int, 0),
+            graph_retry_wait_seconds=_bounded(env, "MCE_GRAPH_RETRY_WAIT_SECONDS", 10.0, float, 0.0),
             rabbitmq_url=_rabbitmq_url(env),
             session_queue=env.get("MCE_SESSION_QUEUE") or "new_session_to_mce",
             sensor_batch=_bounded(env, "MCE_SENSOR_BATCH", 500, int, 1),

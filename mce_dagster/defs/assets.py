@@ -23,6 +23,7 @@ from .io_managers import METRIC_METADATA_KEY
 from .partitions import sessions_partitions
 from .judging import judge_batch
 from .resources import KnowledgeGraphResource
+from .retries import retried_while_graph_unavailable
 
 SESSION_CONTEXT_KEY = dg.AssetKey(["session_context"])
 METRIC_IO_MANAGER = "metric_io_manager"
@@ -54,7 +55,8 @@ def session_context(context: dg.AssetExecutionContext, knowledge_graph: Knowledg
     """Each session's execution subgraph, read from the knowledge graph in one round
     trip per batch. Every metric reads it."""
     keys = list(context.partition_keys)
-    contexts = knowledge_graph.open().read_contexts(keys)
+    with retried_while_graph_unavailable(context):
+        contexts = knowledge_graph.open().read_contexts(keys)
     absent = [k for k in keys if k not in contexts]
     if absent:
         raise dg.Failure(str(UnknownSessionError(absent)), metadata={"absent": absent[:100]})
@@ -128,10 +130,11 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         judge_metadata: dict[str, object] = {}
         if judged:
             config = context.op_execution_context.op_config or {}
-            batch, judge_metadata = judge_batch(
-                metric, session_context, deps, prices(), context.resources.knowledge_graph, context.run.run_id,
-                config.get("budget_usd"), context.log,
-            )
+            with retried_while_graph_unavailable(context):
+                batch, judge_metadata = judge_batch(
+                    metric, session_context, deps, prices(), context.resources.knowledge_graph, context.run.run_id,
+                    config.get("budget_usd"), context.log,
+                )
         else:
             batch = evaluate_metric(metric, session_context, deps, prices())
         if batch.failures:

@@ -21,6 +21,7 @@ from ..core.models import MetricNode, MetricResultNode, result_id
 from ..core.ontology import Scope
 from ..errors import UnknownSessionError
 from .resources import KnowledgeGraphResource
+from .retries import retried_while_graph_unavailable
 
 METRIC_METADATA_KEY = "mce/metric"
 
@@ -72,7 +73,8 @@ class SessionContextIOManager(dg.ConfigurableIOManager):
         found = {k: cached[k] for k in keys if k in cached}
         missing = [k for k in keys if k not in found]
         if missing:
-            found.update(self.knowledge_graph.open().read_contexts(missing))
+            with retried_while_graph_unavailable(context):
+                found.update(self.knowledge_graph.open().read_contexts(missing))
         absent = [k for k in keys if k not in found]
         if absent:
             raise dg.Failure(str(UnknownSessionError(absent)))
@@ -158,7 +160,8 @@ class MetricResultIOManager(dg.ConfigurableIOManager):
         for reason in rejected:
             context.log.error(f"result not written: {reason}")
         metric_node = MetricNode.model_validate(metric["node"])
-        missing = self.knowledge_graph.open().write_results(metric_node, Scope(metric["scope"]), nodes)
+        with retried_while_graph_unavailable(context):
+            missing = self.knowledge_graph.open().write_results(metric_node, Scope(metric["scope"]), nodes)
         for entity_id in missing:
             context.log.error(f"result not written: {metric['asset']}: entity {entity_id} is not in the graph")
         written_ids = {n.id for n in nodes} - {
@@ -182,9 +185,10 @@ class MetricResultIOManager(dg.ConfigurableIOManager):
             return {k: cached[k] for k in keys}
         metric = context.upstream_output.definition_metadata[METRIC_METADATA_KEY]
         metric = metric.value if hasattr(metric, "value") else metric
-        rows = self.knowledge_graph.open().read_results(
-            keys, name=metric["name"], provider=metric["provider"], scope=Scope(metric["scope"]), version=metric["version"]
-        )
+        with retried_while_graph_unavailable(context):
+            rows = self.knowledge_graph.open().read_results(
+                keys, name=metric["name"], provider=metric["provider"], scope=Scope(metric["scope"]), version=metric["version"]
+            )
         out: dict[str, dict[str, MetricValue]] = {k: {} for k in keys}
         for props in rows:
             out.setdefault(props["sessionId"], {})[props["entityId"]] = from_result_props(props)

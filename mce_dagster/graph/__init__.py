@@ -28,7 +28,11 @@ def _open_backend(settings: Settings) -> GraphBackend:
         from .neo4j import Neo4jBackend
 
         return Neo4jBackend(
-            settings.neo4j_uri or "", settings.neo4j_user, settings.neo4j_password, settings.neo4j_database
+            settings.neo4j_uri or "",
+            settings.neo4j_user,
+            settings.neo4j_password,
+            settings.neo4j_database,
+            retry_time_s=settings.neo4j_retry_seconds,
         )
     from .store import embedded_backend
 

@@ -12,9 +12,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import neo4j
-from neo4j.exceptions import ClientError, Neo4jError, ServiceUnavailable, SessionExpired, TransientError
+from neo4j.exceptions import (
+    ClientError,
+    ConnectionAcquisitionTimeoutError,
+    IncompleteCommit,
+    Neo4jError,
+    ServiceUnavailable,
+    SessionExpired,
+    TransientError,
+)
 
-from ..errors import ServiceError
+from ..errors import GraphUnavailableError, ServiceError
+
+# What a server that is down or a connection that dropped raises.
+_UNREACHABLE = (ServiceUnavailable, SessionExpired, ConnectionAcquisitionTimeoutError, OSError)
 
 
 def _plain(value: Any) -> Any:
@@ -44,9 +55,9 @@ class Neo4jBackend:
         )
         try:
             self._driver.verify_connectivity()
-        except (ServiceUnavailable, OSError) as exc:
+        except _UNREACHABLE as exc:
             self._driver.close()
-            raise ServiceError(f"Neo4j at {uri} is unreachable: {exc}") from None
+            raise GraphUnavailableError(f"the graph is unreachable: Neo4j at {uri} did not answer ({_cause(exc)})") from None
         except Neo4jError as exc:  # authentication, an unknown database
             self._driver.close()
             raise ServiceError(f"Neo4j at {uri} refused the connection: {exc.message or exc}") from None
@@ -65,18 +76,37 @@ class Neo4jBackend:
         try:
             with self._session() as session:
                 return session.execute_write(work)
-        except (ServiceUnavailable, SessionExpired, TransientError) as exc:
-            raise ServiceError(f"Neo4j at {self.uri} is unreachable (nothing of this transaction was written): {exc}") from None
+        except (*_UNREACHABLE, TransientError) as exc:
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: Exception) -> GraphUnavailableError:
+        """The error a caller sees once the driver's own retries are spent."""
+        if isinstance(exc, IncompleteCommit):
+            # The commit may have landed: every write of the project is an idempotent MERGE.
+            written = "the connection dropped during the commit, which may or may not have been applied"
+        else:
+            written = "nothing of this transaction was written"
+        if isinstance(exc, TransientError):
+            return GraphUnavailableError(f"Neo4j at {self.uri} kept refusing the transaction as transient ({written}): {_cause(exc)}")
+        return GraphUnavailableError(f"the graph is unreachable: Neo4j at {self.uri} did not answer ({written}): {_cause(exc)}")
 
     def ensure_indexes(self, statements: Sequence[str]) -> None:
-        with self._session() as session:
-            for statement in statements:
-                try:
-                    session.run(statement).consume()
-                except ClientError as exc:
-                    # An index or constraint that exists already, under whatever name.
-                    if "EquivalentSchemaRule" not in (exc.code or "") and "already exists" not in (exc.message or ""):
-                        raise
+        try:
+            with self._session() as session:
+                for statement in statements:
+                    try:
+                        session.run(statement).consume()
+                    except ClientError as exc:
+                        # An index or constraint that exists already, under whatever name.
+                        if "EquivalentSchemaRule" not in (exc.code or "") and "already exists" not in (exc.message or ""):
+                            raise
+        except _UNREACHABLE as exc:
+            raise self._unavailable(exc) from None
 
     def close(self) -> None:
         self._driver.close()
+
+
+def _cause(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}"
