@@ -6,7 +6,7 @@ import functools
 
 import dagster as dg
 
-from .catalog import Catalog, load_catalog
+from .catalog import Catalog, CatalogMetric, load_catalog
 from .config import MCEConfig, load_config
 from .defs.assets import (
     METRIC_IO_MANAGER,
@@ -21,6 +21,7 @@ from .defs.jobs import evaluate_job
 from .defs.resources import knowledge_graph_resource
 from .defs.sensors import build_sensors, session_queue_resource
 from .prices import load_price_table
+from .settings import Settings
 
 
 @functools.lru_cache(maxsize=1)
@@ -30,6 +31,19 @@ def runtime() -> tuple[Catalog, MCEConfig]:
     return catalog, load_config(catalog)
 
 
+def sensor_metrics(config: MCEConfig) -> list[CatalogMetric]:
+    """The enabled metrics the sensors evaluate: without a judge model, judged metrics
+    and what reads them are left out, as `mce compute` leaves them out, so their
+    partitions stay unmaterialized until a judge is configured."""
+    if Settings.from_env().judge.configured:
+        return list(config.enabled)
+    dropped: set = set()
+    for m in config.enabled:  # dependencies first
+        if m.definition.kind == "llm_judge" or any(dep in dropped for dep in m.dependencies):
+            dropped.add(m.key)
+    return [m for m in config.enabled if m.key not in dropped]
+
+
 def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
     knowledge_graph = knowledge_graph_resource()
     metric_assets = [build_metric_asset(m, load_price_table) for m in catalog.ordered()]
@@ -37,7 +51,7 @@ def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
         assets=[session_context, *metric_assets],
         jobs=[evaluate_job(config.enabled)],
         # Off by default: `dagster sensor start session_queue_sensor` (or session_poll_sensor).
-        sensors=build_sensors([SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in config.enabled)]),
+        sensors=build_sensors([SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config))]),
         resources={
             "knowledge_graph": knowledge_graph,
             "session_queue": session_queue_resource(),
