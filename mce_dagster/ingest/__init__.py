@@ -1,4 +1,5 @@
-"""Ingestion: OpenTelemetry span exports -> the knowledge graph.
+"""Ingestion: OpenTelemetry span exports (the ClickHouse exporter's layout, or
+OTLP JSON converted to it: see `reader`) -> the knowledge graph.
 
 Rows are streamed from the files into an on-disk stage (see `stage`), then
 sessions are built and written a batch at a time, so memory holds one batch, not
@@ -6,7 +7,8 @@ a file. The rules, each reported per row with its reason (nothing is dropped
 silently, and one bad row never fails another):
 
 - a row that cannot be parsed (no session id, SpanId or TraceId, a bad
-  timestamp, an id holding a character the graph cannot store) is not placed;
+  timestamp, an id holding a character the graph cannot store), or an OTLP span
+  that cannot be converted to one, is not placed;
   other text the graph cannot store (NUL, unpaired surrogates) is kept escaped
   as `\\uXXXX`, with a notice;
 - a file that breaks off (invalid JSON) contributes nothing: none of its rows,
@@ -115,8 +117,10 @@ def _stage_file(stage: Stage, path: Path, report: IngestReport) -> None:
         for raw in iter_rows(path, stats):
             rows += 1
             report.rows += 1
-            span_id = raw.row.get("SpanId") if isinstance(raw.row, dict) else None
-            span_id = span_id if isinstance(span_id, str) else None
+            span_id = raw.span_id
+            if raw.problem is not None:
+                stage.add_problem(file, raw.index, span_id, raw.problem)
+                continue
             try:
                 text = row_text(raw.row)
                 span = parse_row(raw.row, raw.session_hint, text)
@@ -339,11 +343,13 @@ def collect_spans(paths: Iterable[Path], report: IngestReport) -> dict[str, list
         try:
             for raw in iter_rows(Path(path)):
                 report.rows += 1
-                span_id = raw.row.get("SpanId") if isinstance(raw.row, dict) else None
+                if raw.problem is not None:
+                    problems.append(RowProblem(str(raw.path), raw.index, raw.problem, raw.span_id))
+                    continue
                 try:
                     found.append(parse_row(raw.row, raw.session_hint))
                 except RowError as exc:
-                    problems.append(RowProblem(str(raw.path), raw.index, str(exc), span_id if isinstance(span_id, str) else None))
+                    problems.append(RowProblem(str(raw.path), raw.index, str(exc), raw.span_id))
         except (ExportFormatError, OSError) as exc:
             report.file_errors.append(f"{exc}; nothing of this file is ingested")
             continue

@@ -1,6 +1,8 @@
-"""Span export files -> raw rows, streamed. Two layouts: a JSON list of span rows,
-or an object mapping a session id to its rows. Files are read incrementally
-(ijson), never loaded whole.
+"""Span export files -> raw rows, streamed. The layout is told by content, not by
+name: the ClickHouse exporter's (a JSON list of span rows, or an object mapping a
+session id to its rows), or OTLP JSON (documents holding `resourceSpans`, one per
+line or one in all, converted to rows of the first layout: see `otlp`). Files are
+read incrementally (ijson), never loaded whole.
 
 Bytes pass through `_CarriableBytes` on their way to the parser, so that one odd
 value fails its row, never the file: bytes that are not UTF-8 and `\\uD800`-style
@@ -24,6 +26,7 @@ from typing import Any, BinaryIO
 import ijson
 
 from ..errors import InputError
+from . import otlp
 
 # Span rows nest 5 levels deep; ijson needs O(depth^2) memory.
 MAX_DEPTH = 256
@@ -37,6 +40,15 @@ class RawRow:
     index: int  # position of the row in its file
     row: Any
     session_hint: str | None = None  # the key, in the object layout
+    problem: str | None = None  # why a span read from the file has no row
+    problem_span_id: str | None = None
+
+    @property
+    def span_id(self) -> str | None:
+        if self.problem is not None:
+            return self.problem_span_id
+        span_id = self.row.get("SpanId") if isinstance(self.row, dict) else None
+        return span_id if isinstance(span_id, str) else None
 
 
 class ExportFormatError(InputError, ValueError):
@@ -228,35 +240,77 @@ def _first_char(path: Path) -> str:
     raise ExportFormatError(f"{path}: the file is empty")
 
 
+ROWS, SESSIONS, OTLP = "rows", "sessions", "otlp"
+_NEITHER = (
+    "not a span export: expected the ClickHouse exporter layout (a JSON list of span rows, or an object "
+    "of session id -> rows) or OTLP JSON (objects holding resourceSpans, one per line or one in all)"
+)
+
+
+def _first_key(path: Path, first: str) -> str | None:
+    """The first key of the file's first object (of its first item, for a list);
+    None when there is none or the start does not parse (reading then reports it)."""
+    wanted = ("start_map", "map_key") if first == "{" else ("start_array", "start_map", "map_key")
+    with path.open("rb") as f:
+        events = ijson.basic_parse(f, multiple_values=True)
+        try:
+            for expected, (event, value) in zip(wanted, events):
+                if event != expected:
+                    return None
+                if event == "map_key":
+                    return value
+        except (ijson.JSONError, UnicodeDecodeError, ValueError):
+            return None
+    return None
+
+
+def detect_layout(path: Path) -> str:
+    """ROWS, SESSIONS or OTLP, from the file's first characters and first key."""
+    first = _first_char(path)
+    if first not in "[{":
+        raise ExportFormatError(f"{path}: {_NEITHER}")
+    if _first_key(path, first) in otlp.DOCUMENT_KEYS:
+        return OTLP
+    return ROWS if first == "[" else SESSIONS
+
+
 def _json_error(path: Path, exc: Exception, rows: int) -> ExportFormatError:
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ExportFormatError(f"{path}: invalid JSON after {rows} row(s): {first_line}")
+
+
+def _otlp_rows(path: Path, f: _CarriableBytes) -> Iterator[RawRow]:
+    for item in otlp.iter_spans(f.read):
+        if item.problem is not None:
+            yield RawRow(path, item.index, None, problem=item.problem, problem_span_id=item.span_id)
+        else:
+            yield RawRow(path, item.index, item.row)
 
 
 def iter_rows(path: Path, stats: dict[str, int] | None = None) -> Iterator[RawRow]:
     """The rows of one file, in order. Raises ExportFormatError where the file
     stops being a span export (rows already yielded stay yielded: the caller
     decides what a broken file keeps). `stats` receives the repairs made."""
-    first = _first_char(path)
+    layout = detect_layout(path)
     index = 0
     with path.open("rb") as raw:
         f = _CarriableBytes(raw, path)
         try:
-            if first == "[":
+            if layout == OTLP:
+                for row in _otlp_rows(path, f):
+                    yield row
+                    index += 1
+            elif layout == ROWS:
                 for row in ijson.items(f, "item", use_float=True):
                     yield RawRow(path, index, row)
                     index += 1
-            elif first == "{":
+            else:
                 for session_id, rows in ijson.kvitems(f, "", use_float=True):
                     if not isinstance(rows, list):
                         rows = [rows]
                     for row in rows:
                         yield RawRow(path, index, row, session_hint=session_id)
                         index += 1
-            else:
-                raise ExportFormatError(
-                    f"{path}: not a span export (expected a JSON list of rows or an object of session id -> rows)"
-                )
         except (ijson.JSONError, UnicodeDecodeError) as exc:
             raise _json_error(path, exc, index) from None
         finally:
