@@ -20,7 +20,10 @@ commands = Commands()
 
 @commands.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="OpenTelemetry span export files (JSON).")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="OpenTelemetry span files: ClickHouse exporter JSON or OTLP JSON (one document, or one per line)."),
+    ],
     batch_size: Annotated[int, typer.Option(help="Sessions per write batch.")] = 200,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any row could not be placed.")] = False,
     replace: Annotated[
@@ -28,9 +31,13 @@ def ingest(
         typer.Option(help="Delete the sessions already in the graph that these files have rows of (with their metric results) and build them anew from these rows."),
     ] = False,
 ) -> None:
-    """Read span exports into the knowledge graph. Rows of a session already in the
-    graph are never merged into it: identical rows change nothing, other rows are
-    reported (use --replace to rebuild the session from these files)."""
+    """Read span exports into the knowledge graph. Two layouts are read, told apart
+    by content: the ClickHouse OpenTelemetry exporter's (a JSON list of span rows,
+    or an object of session id -> rows) and OTLP JSON (resourceSpans / scopeSpans /
+    spans, as the Collector's file exporter or an OTLP/HTTP JSON body holds them).
+    Every span that cannot be placed is reported with the reason. Rows of a session
+    already in the graph are never merged into it: identical rows change nothing,
+    other rows are reported (use --replace to rebuild the session from these files)."""
     started = time.perf_counter()
     report = service.ingest(paths, batch_size=batch_size, replace=replace)
     elapsed = time.perf_counter() - started
