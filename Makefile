@@ -45,6 +45,12 @@ bench-bookkeeping: install
 bench-judge: install
 	$(VENV)/bin/python bench/judge.py
 
+# Peak RSS of `mce ingest` on synthetic exports of 50, 100 and 200 MB, side by side,
+# and once with every batch at its byte limit: memory is bounded by the batch, not the file.
+.PHONY: bench-ingest
+bench-ingest: install
+	$(VENV)/bin/python bench/ingest_memory.py --byte-bound
+
 clean:
 	-$(VENV)/bin/mce kg stop
 	rm -rf $(VENV) .mce
