@@ -44,6 +44,8 @@ class MetricBatch:
     values: SessionResults = field(default_factory=dict)
     not_applicable: int = 0
     failures: list[EntityFailure] = field(default_factory=list)
+    # session id -> entities the metric said it does not apply to (coverage checks).
+    not_applicable_ids: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def evaluated(self) -> int:
@@ -78,6 +80,7 @@ def evaluate_metric(
                 continue
             if isinstance(outcome, NotApplicable):
                 batch.not_applicable += 1
+                batch.not_applicable_ids.setdefault(session_id, set()).add(entity.id)
             else:
                 values[entity.id] = outcome
         batch.values[session_id] = values

@@ -42,6 +42,7 @@ class ExecutionNode(BaseModel):
 class SessionNode(ExecutionNode):
     appName: str | None = None
     ingestedAt: float | None = None
+    rowsNotPlaced: int | None = None
 
 
 class MASCallNode(ExecutionNode):

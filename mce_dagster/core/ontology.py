@@ -92,8 +92,10 @@ COMMON_PROPS: tuple[str, ...] = (
     "duration",
     "success",
 )
+# On a Session: how many rows of it its ingest call could not place (absent: none).
+ROWS_NOT_PLACED = "rowsNotPlaced"
 EXTRA_PROPS: dict[Label, tuple[str, ...]] = {
-    Label.SESSION: ("appName", "ingestedAt"),
+    Label.SESSION: ("appName", "ingestedAt", ROWS_NOT_PLACED),
     Label.MAS_CALL: (),
     Label.AGENT_CALL: ("agentName",),
     Label.TASK_CALL: ("taskName",),

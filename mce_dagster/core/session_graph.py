@@ -41,6 +41,8 @@ class SessionGraph:
     # tell the same rows from new ones; and of the whole session.
     digests: dict[str, str] = field(default_factory=dict)
     digest: str | None = None
+    # Rows of this session the ingest call could not place (kept on the Session).
+    rows_not_placed: int = 0
 
     def node_count(self) -> int:
         return sum(len(v) for v in self.nodes.values())

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.context import Edge, Node, SessionContext
 from ..core.models import MetricNode, MetricResultNode
-from ..core.ontology import Label, Scope
+from ..core.ontology import ROWS_NOT_PLACED, Label, Scope
 from ..core.session_graph import SessionGraph
 
 if TYPE_CHECKING:
@@ -120,6 +120,8 @@ def _session_statement(sessions: Sequence[SessionGraph]) -> tuple[str, dict[str,
                 row = dict(props)
                 if label is Label.SESSION:
                     row[cypher.INGEST_DIGEST] = graph.digest
+                    if graph.rows_not_placed:  # absent when every row was placed
+                        row[ROWS_NOT_PLACED] = graph.rows_not_placed
                     session_rows.append(row)
                 else:
                     row[cypher.INGEST_DIGEST] = graph.digests.get(props["id"])

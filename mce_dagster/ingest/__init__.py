@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from ..core.session_graph import SessionGraph
 from .mapping import build_session_graph, synthetic_mas_id
 from .reader import ExportFormatError, iter_rows
-from .spans import ParsedSpan, RowError, parse_row, row_digest, row_text
+from .spans import ParsedSpan, RowError, parse_row, row_digest, row_text, session_of
 from .stage import Stage, StagedRow
 
 if TYPE_CHECKING:
@@ -119,16 +119,18 @@ def _stage_file(stage: Stage, path: Path, report: IngestReport) -> None:
             report.rows += 1
             span_id = raw.span_id
             if raw.problem is not None:
-                stage.add_problem(file, raw.index, span_id, raw.problem)
+                stage.add_problem(file, raw.index, span_id, raw.problem, session=_session_or_none(raw))
                 continue
             try:
                 text = row_text(raw.row)
                 span = parse_row(raw.row, raw.session_hint, text)
             except RowError as exc:
-                stage.add_problem(file, raw.index, span_id, str(exc))
+                stage.add_problem(file, raw.index, span_id, str(exc), session=_session_or_none(raw))
                 continue
             except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
-                stage.add_problem(file, raw.index, span_id, f"row cannot be read: {type(exc).__name__}: {exc}")
+                stage.add_problem(
+                    file, raw.index, span_id, f"row cannot be read: {type(exc).__name__}: {exc}", session=_session_or_none(raw)
+                )
                 continue
             stage.add_row(file, raw.index, span, row_digest(text))
             if span.escaped:
@@ -158,6 +160,16 @@ def _stage_file(stage: Stage, path: Path, report: IngestReport) -> None:
         report.file_notices.append(f"{stage.paths[file]}: {'; '.join(kept)}")
 
 
+def _session_or_none(raw) -> str | None:
+    """The session a row that cannot be placed names, when it names one."""
+    if not isinstance(raw.row, dict):
+        return raw.session_hint
+    try:
+        return session_of(raw.row, raw.session_hint)
+    except (RowError, TypeError, ValueError, AttributeError):
+        return None
+
+
 # -- one batch of sessions ----------------------------------------------------------
 
 
@@ -174,7 +186,7 @@ class _Batch:
 
     def problem(self, row: StagedRow, reason: str) -> None:
         for r in (row, *self.twins.get((row.session, row.span_id), ())):
-            self.stage.add_problem(r.file, r.index, r.span_id, reason)
+            self.stage.add_problem(r.file, r.index, r.span_id, reason, session=r.session)
 
     def notice(self, row: StagedRow, reason: str) -> None:
         self.stage.add_problem(row.file, row.index, row.span_id, reason, placed=True)
@@ -199,6 +211,7 @@ class _Batch:
                                 r.file, r.index, r.span_id,
                                 f"SpanId {row.span_id!r} appears again later in the session "
                                 f"(row {row.index} of {self.stage.paths[row.file]}) with other content; the later row is kept",
+                                session=r.session,
                             )
                 kept[row.span_id] = row
             winners[session_id] = kept
@@ -232,6 +245,9 @@ class _Batch:
             graphs.append(graph)
             rows_of[session_id] = list(free.values())
 
+        unplaced = self.stage.unplaced_counts([g.session_id for g in graphs])
+        for graph in graphs:
+            graph.rows_not_placed = unplaced.get(graph.session_id, 0)
         failed = self.kg.write_sessions(graphs) if graphs else {}
         for graph in graphs:
             sid = graph.session_id

@@ -23,7 +23,9 @@ CREATE TABLE rows (
     span TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL, data BLOB NOT NULL, problem TEXT
 );
 -- Rows that are not placed (placed = 0), or placed with a caveat (placed = 1).
-CREATE TABLE problems (file INTEGER NOT NULL, idx INTEGER NOT NULL, span TEXT, reason TEXT NOT NULL, placed INTEGER NOT NULL);
+CREATE TABLE problems (
+    file INTEGER NOT NULL, idx INTEGER NOT NULL, span TEXT, reason TEXT NOT NULL, placed INTEGER NOT NULL, session TEXT
+);
 CREATE TABLE broken (session TEXT PRIMARY KEY, file INTEGER NOT NULL);
 """
 
@@ -88,10 +90,12 @@ class Stage:
         )
         self._tick()
 
-    def add_problem(self, file: int, index: int, span_id: str | None, reason: str, placed: bool = False) -> None:
+    def add_problem(
+        self, file: int, index: int, span_id: str | None, reason: str, placed: bool = False, session: str | None = None
+    ) -> None:
         self.db.execute(
-            "INSERT INTO problems (file, idx, span, reason, placed) VALUES (?, ?, ?, ?, ?)",
-            (file, index, None if span_id is None else _text(span_id), _text(reason), int(placed)),
+            "INSERT INTO problems (file, idx, span, reason, placed, session) VALUES (?, ?, ?, ?, ?, ?)",
+            (file, index, None if span_id is None else _text(span_id), _text(reason), int(placed), session),
         )
         self._tick()
 
@@ -192,6 +196,18 @@ class Stage:
         ):
             out[session].append(StagedRow(seq, file, idx, session, span, digest, data))
         return list(out.items())
+
+    def unplaced_counts(self, sessions: list[str]) -> dict[str, int]:
+        """Rows of these sessions that are not placed (so far), by session: what
+        the graph keeps on each Session, since its span nodes cannot show it."""
+        if not sessions:
+            return {}
+        marks = ",".join("?" * len(sessions))
+        query = (
+            f"SELECT session, count(*) FROM (SELECT session FROM problems WHERE placed = 0 AND session IN ({marks}) "
+            f"UNION ALL SELECT session FROM rows WHERE problem IS NOT NULL AND session IN ({marks})) GROUP BY session"
+        )
+        return dict(self.db.execute(query, [*sessions, *sessions]).fetchall())
 
     # -- what the report lists ------------------------------------------------
 
