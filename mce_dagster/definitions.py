@@ -8,6 +8,7 @@ import dagster as dg
 
 from .catalog import Catalog, CatalogMetric, load_catalog
 from .config import MCEConfig, load_config
+from .core.ontology import Scope
 from .defs.assets import (
     METRIC_IO_MANAGER,
     SESSION_CONTEXT_IO_MANAGER,
@@ -18,6 +19,7 @@ from .defs.assets import (
 )
 from .defs.io_managers import MetricResultIOManager, SessionContextIOManager
 from .defs.jobs import evaluate_job
+from .defs.population import build_population_asset
 from .defs.resources import knowledge_graph_resource
 from .defs.sensors import build_sensors, session_queue_resource
 from .prices import load_price_table
@@ -46,12 +48,15 @@ def sensor_metrics(config: MCEConfig) -> list[CatalogMetric]:
 
 def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
     knowledge_graph = knowledge_graph_resource()
-    metric_assets = [build_metric_asset(m, load_price_table) for m in catalog.ordered()]
+    metric_assets = [
+        build_population_asset(m) if m.scope is Scope.POPULATION else build_metric_asset(m, load_price_table)
+        for m in catalog.ordered()
+    ]
     return dg.Definitions(
         assets=[session_context, *metric_assets],
         jobs=[evaluate_job(config.enabled)],
         # Off by default: `dagster sensor start session_queue_sensor` (or session_poll_sensor).
-        sensors=build_sensors([SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config))]),
+        sensors=build_sensors([SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config) if m.scope is not Scope.POPULATION)]),
         resources={
             "knowledge_graph": knowledge_graph,
             "session_queue": session_queue_resource(),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from .core.ontology import Scope
 from .defs.partitions import SESSIONS
 from .errors import UnknownSessionError
 from .graph import open_graph
@@ -124,7 +125,7 @@ def compute_sessions(
 
         keys = [m.key for name in metrics for m in catalog.resolve(name)]
         selected = catalog.closure(keys)
-        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected)]
+        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected if m.scope is not Scope.POPULATION)]
     else:
         selected = list(config.enabled)
         if not Settings.from_env().judge.configured:
@@ -140,7 +141,7 @@ def compute_sessions(
                 outcome.skipped_judged = sorted(str(k) for k in dropped)
                 outcome.skip_reason = NO_JUDGE
                 selected = [m for m in config.enabled if m.key not in dropped]
-                selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected)]
+                selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected if m.scope is not Scope.POPULATION)]
     known = open_graph().existing_sessions(ids)
     absent = [k for k in ids if k not in known]
     if absent:
@@ -156,10 +157,13 @@ def compute_sessions(
     if budget_usd is not None and judged and selection is None:
         from .defs.assets import SESSION_CONTEXT_KEY, asset_key
 
-        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected)]
+        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected if m.scope is not Scope.POPULATION)]
     set_run_environment()
     size = batch_size or config.engine.batch_size
-    for batch in contiguous_ranges(ids, ordered, size):
+    population = [m for m in selected if m.scope is Scope.POPULATION]
+    # Population metrics alone need no session run: they read the graph themselves.
+    batches = contiguous_ranges(ids, ordered, size) if len(population) < len(selected) else []
+    for batch in batches:
         tags = {RANGE_START: batch[0], RANGE_END: batch[-1], **run_tags()}
         run_config = dict(QUIET_RUN_CONFIG) if quiet else {}
         if budget_usd is not None and judged:
@@ -188,4 +192,24 @@ def compute_sessions(
         _judge_totals(result, outcome)
         if not result.success:
             outcome.failed_runs.append(result.run_id)
+    if population:
+        _compute_population(defs, population, instance, outcome, raise_on_error, quiet)
     return outcome
+
+
+def _compute_population(defs, metrics, instance, outcome: ComputeOutcome, raise_on_error: bool, quiet: bool) -> None:
+    """One unpartitioned run over the population metrics, after the sessions' runs."""
+    from .defs.assets import asset_key
+
+    result = dg.materialize(
+        assets=list(defs.assets or []),
+        selection=[asset_key(m.key) for m in metrics],
+        resources=defs.resources,
+        instance=instance,
+        tags=run_tags(),
+        raise_on_error=raise_on_error,
+        run_config=dict(QUIET_RUN_CONFIG) if quiet else None,
+    )
+    outcome.runs.append(result.run_id)
+    if not result.success:
+        outcome.failed_runs.append(result.run_id)

@@ -128,7 +128,8 @@ class MetricResultNode(BaseModel):
     provider: str
     scope: Scope
     entityId: str = Field(min_length=1)
-    sessionId: str = Field(min_length=1)
+    # None only at Population scope: such a result measures many sessions.
+    sessionId: str | None = Field(None, min_length=1)
     result: float
     reasoning: str | None = None
     numerator: float | None = None
@@ -151,6 +152,12 @@ class MetricResultNode(BaseModel):
         if value is not None and not math.isfinite(value):
             raise ValueError(f"{value!r} is not a finite number")
         return value
+
+    @model_validator(mode="after")
+    def _session_unless_population(self) -> "MetricResultNode":
+        if (self.sessionId is None) != (self.scope is Scope.POPULATION):
+            raise ValueError("sessionId is required, except at Population scope where it is absent")
+        return self
 
     def as_row(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -23,6 +23,8 @@ class Label(StrEnum):
     STATE = "State"
     METRIC = "Metric"
     METRIC_RESULT = "MetricResult"
+    # What a Population metric has counted so far, one node per (metric, app).
+    POPULATION_STATE = "PopulationState"
 
 
 class Rel(StrEnum):

@@ -5,6 +5,7 @@ from collections.abc import Iterable
 import dagster as dg
 
 from ..catalog import CatalogMetric
+from ..core.ontology import Scope
 from .assets import SESSION_CONTEXT_KEY, asset_key
 
 EVALUATE_JOB = "evaluate_sessions"
@@ -14,7 +15,8 @@ def evaluate_job(metrics: Iterable[CatalogMetric], name: str = EVALUATE_JOB) -> 
     """The metrics `mce_config.yaml` enables (and what they depend on), over the
     run's sessions, all in one process: the work per asset is small, and a process
     per step would cost more than the metrics."""
-    keys = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in metrics)]
+    # Population metrics are unpartitioned: they run after the sessions, in a run of their own.
+    keys = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in metrics if m.scope is not Scope.POPULATION)]
     return dg.define_asset_job(
         name=name,
         selection=dg.AssetSelection.assets(*keys),

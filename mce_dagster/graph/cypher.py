@@ -369,3 +369,32 @@ RESULT_VOCABULARY = " UNION ALL ".join(
         f"MATCH (s:{Label.SESSION}) WHERE s.appName IS NOT NULL RETURN DISTINCT 'app' AS kind, s.appName AS name",
     )
 )
+
+
+# -- population metrics ----------------------------------------------------------------
+
+# Every session with its app and the digest of the rows it was ingested from (its
+# ingestion time where an older ingest left no digest): a changed digest is a
+# session to count again. Columns: id, app, digest.
+SESSION_DIGESTS = (
+    f"MATCH (s:{Label.SESSION}) "
+    f"RETURN s.id AS id, s.appName AS app, coalesce(s.{INGEST_DIGEST}, toString(s.ingestedAt), '') AS digest"
+)
+
+READ_POPULATION_STATES = (
+    f"MATCH (p:{Label.POPULATION_STATE}) WHERE p.name = $name AND p.provider = $provider "
+    "AND p.metricVersion = $version RETURN p.app AS app, p.state AS state"
+)
+
+# A population metric's states and results in one statement (all or nothing): the
+# state of each app, its result (no `measures` link: there is no App node), and the
+# removal of results of apps where the metric no longer applies.
+WRITE_POPULATION = " WITH count(*) AS _ ".join(
+    (
+        f"UNWIND $metrics AS r MERGE (m:{Label.METRIC} {{name: r.name, provider: r.provider}}) SET m += r",
+        f"UNWIND $states AS r MERGE (p:{Label.POPULATION_STATE} {{id: r.id}}) SET p += r",
+        f"UNWIND $rows AS r MATCH (m:{Label.METRIC} {{name: r.name, provider: r.provider}}) "
+        f"MERGE (x:{Label.METRIC_RESULT} {{id: r.id}}) SET x += r MERGE (x)-[:{Rel.OF_METRIC_TYPE}]->(m)",
+        f"UNWIND $stale AS rid MATCH (x:{Label.METRIC_RESULT} {{id: rid}}) DETACH DELETE x",
+    )
+) + " RETURN count(*) AS written"

@@ -347,6 +347,34 @@ class KnowledgeGraph:
         statement = cypher.select_sessions(**{k: True for k in given}, evaluated=evaluated)
         return self.backend.query(statement, given)
 
+    # -- population metrics ------------------------------------------------
+
+    def session_digests(self) -> list[dict[str, Any]]:
+        """Every session's id, app and row digest (see cypher.SESSION_DIGESTS): a
+        light listing, no subgraph read."""
+        return self.backend.query(cypher.SESSION_DIGESTS)
+
+    def read_population_states(self, *, name: str, provider: str, version: int) -> dict[str, str]:
+        """app -> the JSON state a population metric saved for it."""
+        rows = self.backend.query(cypher.READ_POPULATION_STATES, {"name": name, "provider": provider, "version": version})
+        return {r["app"]: r["state"] for r in rows}
+
+    def write_population(
+        self,
+        metric: MetricNode,
+        states: Sequence[Mapping[str, Any]],
+        results: Sequence[MetricResultNode],
+        stale_result_ids: Sequence[str],
+    ) -> None:
+        """States, results and removals of one population metric as one statement."""
+        params = {
+            "metrics": [metric.model_dump()],
+            "states": [dict(s) for s in states],
+            "rows": [r.as_row() for r in results],
+            "stale": list(stale_result_ids),
+        }
+        self.backend.write([(cypher.WRITE_POPULATION, params)])
+
     def count_results(self) -> int:
         return int(self.backend.query(cypher.COUNT_RESULTS)[0]["n"])
 

@@ -1,3 +1,3 @@
 """The native deterministic metrics: pure functions of a session context."""
 
-from . import aggregates, counts, interactions, timing, usage  # noqa: F401
+from . import aggregates, counts, interactions, population, timing, usage  # noqa: F401
