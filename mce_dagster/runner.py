@@ -21,6 +21,8 @@ from .settings import Settings
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
+# How many sessions a run covers (RANGE_START/RANGE_END name the first and last).
+SESSIONS_TAG = "mce/sessions"
 
 
 def default_dagster_home() -> Path:
@@ -164,7 +166,7 @@ def compute_sessions(
     # Population metrics alone need no session run: they read the graph themselves.
     batches = contiguous_ranges(ids, ordered, size) if len(population) < len(selected) else []
     for batch in batches:
-        tags = {RANGE_START: batch[0], RANGE_END: batch[-1], **run_tags()}
+        tags = {RANGE_START: batch[0], RANGE_END: batch[-1], SESSIONS_TAG: str(len(batch)), **run_tags()}
         run_config = dict(QUIET_RUN_CONFIG) if quiet else {}
         if budget_usd is not None and judged:
             from .defs.assets import asset_key

@@ -19,7 +19,8 @@ from ..core.models import MetricNode
 from ..core.ontology import Label
 from ..core.summary import summarize_values
 from ..errors import UnknownSessionError
-from .io_managers import METRIC_METADATA_KEY
+from .checks import coverage_result, markdown_table, metric_check_specs, placed_result, range_result, range_text, session_check_specs
+from .io_managers import METRIC_METADATA_KEY, stored_in_run
 from .partitions import sessions_partitions
 from .judging import judge_batch
 from .resources import KnowledgeGraphResource
@@ -28,7 +29,6 @@ from .retries import retried_while_graph_unavailable
 SESSION_CONTEXT_KEY = dg.AssetKey(["session_context"])
 METRIC_IO_MANAGER = "metric_io_manager"
 SESSION_CONTEXT_IO_MANAGER = "session_context_io_manager"
-_SHOWN_FAILURES = 20
 JUDGE_POOL = "judge"
 
 
@@ -50,8 +50,9 @@ def asset_key(key: DependencyKey) -> dg.AssetKey:
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="sessions",
     code_version="1",
+    check_specs=session_check_specs(SESSION_CONTEXT_KEY),
 )
-def session_context(context: dg.AssetExecutionContext, knowledge_graph: KnowledgeGraphResource) -> dg.Output:
+def session_context(context: dg.AssetExecutionContext, knowledge_graph: KnowledgeGraphResource):
     """Each session's execution subgraph, read from the knowledge graph in one round
     trip per batch. Every metric reads it."""
     keys = list(context.partition_keys)
@@ -61,7 +62,8 @@ def session_context(context: dg.AssetExecutionContext, knowledge_graph: Knowledg
     if absent:
         raise dg.Failure(str(UnknownSessionError(absent)), metadata={"absent": absent[:100]})
     calls = {label.value: sum(len(c.calls(label)) for c in contexts.values()) for label in (Label.AGENT_CALL, Label.LLM_CALL, Label.TOOL_CALL)}
-    return dg.Output(contexts, metadata={"sessions": len(contexts), **{f"{k} nodes": v for k, v in calls.items()}})
+    yield dg.Output(contexts, metadata=_typed({"sessions": len(contexts), **{f"{k} nodes": v for k, v in calls.items()}}))
+    yield placed_result(contexts)
 
 
 def metric_node(metric: CatalogMetric) -> MetricNode:
@@ -75,6 +77,19 @@ def metric_node(metric: CatalogMetric) -> MetricNode:
         description=d.description.strip(),
         version=d.version,
     )
+
+
+def _typed(metadata: dict[str, object]) -> dict[str, object]:
+    """Numbers as int/float metadata, which the UI plots across materializations."""
+    out: dict[str, object] = {}
+    for k, v in metadata.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            out[k] = v
+        elif isinstance(v, int):
+            out[k] = dg.MetadataValue.int(v)
+        else:
+            out[k] = dg.MetadataValue.float(float(v))
+    return out
 
 
 def _summary(values: dict[str, dict]) -> dict[str, float]:
@@ -118,14 +133,23 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         group_name=metric.scope.value,
         code_version=str(d.version),
         description=description,
-        metadata={METRIC_METADATA_KEY: info, "unit": d.unit, "kind": d.kind, "provider": d.provider},
+        metadata={
+            METRIC_METADATA_KEY: info,
+            "unit": d.unit,
+            "range": range_text(d.value_range),
+            "version": d.version,
+            "kind": d.kind,
+            "provider": d.provider,
+            **({"caveats": dg.MetadataValue.md(d.caveats.strip())} if d.caveats else {}),
+        },
+        check_specs=metric_check_specs(asset_key(metric.key)),
         # Judged metrics take a slot of the `judge` pool: the instance's limit on it
         # bounds judge load across runs (design 04).
         pool=JUDGE_POOL if judged else None,
         required_resource_keys={"knowledge_graph"} if judged else None,
         config_schema=JudgeRunConfig.to_config_schema() if judged else None,
     )
-    def compute(context: dg.AssetExecutionContext, session_context: dict[str, SessionContext], **dependencies) -> dg.Output:
+    def compute(context: dg.AssetExecutionContext, session_context: dict[str, SessionContext], **dependencies):
         deps = {arg_to_dep[name]: results for name, results in dependencies.items()}
         judge_metadata: dict[str, object] = {}
         if judged:
@@ -152,9 +176,14 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
             **_summary(batch.values),
             **judge_metadata,
         }
+        metadata = _typed(metadata)
         if batch.failures:
-            lines = [f"- `{f.entity_id}` ({f.session_id}): {f.reason}" for f in batch.failures[:_SHOWN_FAILURES]]
-            metadata["failures"] = dg.MetadataValue.md("\n".join(lines))
-        return dg.Output(batch.values, metadata=metadata)
+            rows = [(f.session_id, f.entity_id, f.reason) for f in batch.failures]
+            metadata["failures"] = markdown_table(rows, ("session", "entity", "reason"))
+        yield dg.Output(batch.values, metadata=metadata)
+        # The IO manager has written the output by now: coverage counts what it stored.
+        stored = stored_in_run(context.run.run_id, context.asset_key)
+        yield coverage_result(metric.scope, session_context, batch, batch.values if stored is None else stored)
+        yield range_result(d.value_range, batch.values)
 
     return compute

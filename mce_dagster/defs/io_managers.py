@@ -41,6 +41,12 @@ def _cache_for(run_id: str) -> dict[tuple[str, ...], dict[str, Any]]:
         return _RUN_CACHE[run_id]
 
 
+def stored_in_run(run_id: str, key: dg.AssetKey) -> dict[str, Any] | None:
+    """What this run's IO manager stored for an asset, if it has handled it."""
+    with _CACHE_LOCK:
+        return _RUN_CACHE.get(run_id, {}).get(tuple(key.path))
+
+
 def _partition_keys(context: dg.InputContext | dg.OutputContext) -> list[str]:
     if not context.has_asset_partitions:
         raise dg.Failure("metric assets are partitioned by session; this run names no session partition")
