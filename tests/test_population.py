@@ -185,3 +185,15 @@ def test_the_population_asset_reads_every_session_partition(defs):
     assert node.partitions_def is None and node.group_name == "Population"
     assert set(node.parent_keys) == {dg.AssetKey(["session_context"])}
     assert asset_key(runtime()[0].resolve("GraphDeterminismScore")[0].key) == POPULATION_KEY
+
+
+def test_mce_compute_runs_it_alone_in_one_unpartitioned_run(kg, tmp_path):
+    from mce_dagster.runner import compute_sessions
+
+    ids = ingest_paths([write_export(tmp_path / "third.json", 3, seed=13).path], kg).sessions
+    instance = dg.DagsterInstance.ephemeral()
+    outcome = compute_sessions(ids, ["GraphDeterminismScore"], instance=instance)
+    assert outcome.success and len(outcome.runs) == 1
+    (record,) = instance.fetch_materializations(POPULATION_KEY, limit=10).records
+    assert record.run_id == outcome.runs[0]
+    assert not instance.fetch_materializations(dg.AssetKey(["session_context"]), limit=1).records
