@@ -51,6 +51,13 @@ bench-judge: install
 bench-ingest: install
 	$(VENV)/bin/python bench/ingest_memory.py --byte-bound
 
+# Property-based fuzzing of ingestion (tests/test_fuzz_ingest.py) under its "fuzz"
+# profile: FUZZ_EXAMPLES examples per test (5000 unless set; the suite runs 250).
+#   make fuzz FUZZ_EXAMPLES=2000
+.PHONY: fuzz
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(VENV)/bin/python -m pytest tests/test_fuzz_ingest.py -p no:cacheprovider --hypothesis-show-statistics
+
 clean:
 	-$(VENV)/bin/mce kg stop
 	rm -rf $(VENV) .mce
