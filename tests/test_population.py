@@ -197,3 +197,16 @@ def test_mce_compute_runs_it_alone_in_one_unpartitioned_run(kg, tmp_path):
     (record,) = instance.fetch_materializations(POPULATION_KEY, limit=10).records
     assert record.run_id == outcome.runs[0]
     assert not instance.fetch_materializations(dg.AssetKey(["session_context"]), limit=1).records
+
+
+def test_enabled_in_the_config_it_stays_out_of_the_session_job(tmp_path):
+    from mce_dagster.config import load_config
+
+    path = tmp_path / "mce_config.yaml"
+    path.write_text("metrics:\n  Session: [Duration]\n  Population: [GraphDeterminismScore]\n")
+    catalog = runtime()[0]
+    config = load_config(catalog, path)
+    assert [str(m.key) for m in config.enabled] == ["Population/GraphDeterminismScore", "Session/Duration"]
+    job = build_definitions(catalog, config).resolve_job_def("evaluate_sessions")
+    assert POPULATION_KEY not in job.asset_layer.executable_asset_keys
+    assert dg.AssetKey(["Session", "Duration"]) in job.asset_layer.executable_asset_keys

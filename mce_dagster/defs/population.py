@@ -38,6 +38,9 @@ from .retries import retried_while_graph_unavailable
 
 # Subgraphs read per round trip while counting new sessions.
 READ_CHUNK = 500
+# Of a session's row digest, what the state keeps: enough to tell a change, and the
+# state of a 100k-session app stays a few megabytes.
+DIGEST_CHARS = 16
 _SHOWN_APPS = 50
 
 
@@ -60,7 +63,7 @@ def sessions_by_app(listing: Iterable[Mapping[str, object]]) -> tuple[dict[str, 
         if row.get("app") is None:
             without_app += 1
         else:
-            by_app[str(row["app"])][str(row["id"])] = str(row.get("digest") or "")
+            by_app[str(row["app"])][str(row["id"])] = str(row.get("digest") or "")[:DIGEST_CHARS]
     return dict(by_app), without_app
 
 
