@@ -17,7 +17,8 @@ of a single session larger than that.
     .venv/bin/python bench/ingest_memory.py [--sizes 50,100,200] [--batch-size 200] [--seed 1] [--byte-bound]
 
 Prints a table and writes bench/results/ingest-memory.json. Exits 1 when a peak
-is above CEILING_MB.
+is above CEILING_MB. Files and batches in MB of 10^6 bytes; RSS in MB of 2^20 bytes
+(kB/1024, as /proc gives it).
 """
 
 from __future__ import annotations
