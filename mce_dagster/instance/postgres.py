@@ -9,6 +9,10 @@ with a statement per table (the rows stock `store_event` writes, the asset row a
 events in order would leave it), any other batch by stock `store_event`, whose
 connects join that transaction. Same tables: stock storage reads them.
 
+A step's materializations are held until the step ends and stored with its
+STEP_SUCCESS in one transaction (step_events.py): a run worker killed in between
+leaves none, so the run's retry materializes each partition once.
+
 Rests on private parts of dagster-postgres (`_connect`, `_engine`) and dagster
 (`_event_to_row`, `_get_asset_entry_values`, `_store_asset_event_tags`);
 tests/test_instance_postgres.py checks them against the pinned versions.
@@ -17,9 +21,11 @@ tests/test_instance_postgres.py checks them against the pinned versions.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from itertools import groupby
 from typing import Any
 
 from dagster._config.config_schema import UserConfigSchema
@@ -35,6 +41,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from .batch import latest_asset_rows, takes_fast_path
+from .step_events import HeldStepEvents
 
 #: Connections a process keeps open (a run worker writes from one thread).
 POOL_SIZE = 2
@@ -54,6 +61,7 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
         token_provider: Any = None,
     ):
         self._batch = threading.local()
+        self._held = HeldStepEvents()
         self._pid = os.getpid()
         super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
         self._engine.dispose()
@@ -96,24 +104,52 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
         with create_pg_connection(self._engine) as conn:
             yield conn
 
+    def store_event(self, event: EventLogEntry) -> None:
+        for group in self._held.route([event]):
+            self._store_group(group)
+
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         """All of the batch or none of it, so Dagster's one-by-one fallback after a
-        failed batch writes nothing twice."""
+        failed batch writes nothing twice. A step's materializations wait for the
+        step's end (step_events.py)."""
         events = [e for e in events if not (e.dagster_event and e.dagster_event.is_asset_failed_to_materialize)]
         if not events:
             return  # as stock: failures are not stored in a batch
+        for group in self._held.route(events):
+            self._store_group(group)
+
+    def _store_group(self, events: Sequence[EventLogEntry]) -> None:
+        """A held step's events in one transaction; if that fails, one by one, as
+        Dagster falls back after a failed batch."""
+        if len(events) == 1:
+            super().store_event(events[0])
+            return
+        try:
+            self._write_together(events)
+        except Exception as exc:
+            sys.stderr.write(f"Exception while storing event batch: {exc}\nFalling back to storing multiple single-event storage requests...\n")
+            for event in events:
+                super().store_event(event)
+
+    def _write_together(self, events: Sequence[EventLogEntry]) -> None:
         with self._connect() as conn:
             conn = conn.execution_options(isolation_level="READ COMMITTED")
             with conn.begin():
                 self._batch.conn = conn
                 try:
-                    if takes_fast_path(events):
-                        self._write_asset_events(conn, events)
-                    else:
-                        for event in events:
-                            self.store_event(event)
+                    for fast, run in _runs_by_path(events):
+                        if fast:
+                            self._write_asset_events(conn, run)
+                        else:
+                            for event in run:
+                                super().store_event(event)
                 finally:
                     self._batch.conn = None
+
+    def dispose(self) -> None:
+        for group in self._held.drain():
+            self._store_group(group)
+        super().dispose()
 
     def _write_asset_events(self, conn: Connection, events: Sequence[EventLogEntry]) -> None:
         inserted = conn.execute(
@@ -141,3 +177,8 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
         if found:
             known.add(table_name)
         return found
+
+
+def _runs_by_path(events: Sequence[EventLogEntry]) -> list[tuple[bool, list[EventLogEntry]]]:
+    """Consecutive events that take the statement-per-table path, and those that do not."""
+    return [(fast, list(run)) for fast, run in groupby(events, key=lambda e: takes_fast_path([e]))]
