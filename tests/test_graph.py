@@ -76,6 +76,16 @@ def test_values_are_parameters_not_cypher(kg, two_sessions):
     assert kg.count_sessions() >= 2
 
 
+def test_text_no_graph_can_carry_is_escaped_not_an_error(kg, two_sessions):
+    # A lookup by an id holding a NUL or a lone surrogate finds nothing, on either backend.
+    assert kg.existing_sessions(["g1\x00", "g1\ud800", "g1"]) == {"g1"}
+    assert kg.read_contexts(["g2\x00"]) == {}
+    # A judge's reply holding them is stored escaped, not a failed batch.
+    kg.write_results(METRIC, Scope.SESSION, [result("g2", "g2", 1.0, version=3, reasoning="a\x00b\udc00c")])
+    stored = [r for r in kg.read_results(["g2"]) if r["name"] == "Probe" and r["metricVersion"] == 3][0]
+    assert stored["reasoning"] == "a\\u0000b\\udc00c"
+
+
 def _ingest_in_child(home: str, path: str, queue) -> None:
     os.environ["MCE_HOME"] = home
     from mce_dagster.graph.store import KnowledgeGraph, embedded_backend

@@ -22,6 +22,7 @@ from neo4j.exceptions import (
     TransientError,
 )
 
+from ..core.storable import escaped
 from ..errors import GraphUnavailableError, ServiceError
 
 # What a server that is down or a connection that dropped raises.
@@ -71,7 +72,7 @@ class Neo4jBackend:
 
     def write(self, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> list[list[dict[str, Any]]]:
         def work(tx: neo4j.ManagedTransaction) -> list[list[dict[str, Any]]]:
-            return [[{k: _plain(v) for k, v in r.items()} for r in tx.run(s, dict(p))] for s, p in statements]
+            return [[{k: _plain(v) for k, v in r.items()} for r in tx.run(s, escaped(dict(p)))] for s, p in statements]
 
         try:
             with self._session() as session:

@@ -14,6 +14,7 @@ from ..core.context import Edge, Node, SessionContext
 from ..core.models import MetricNode, MetricResultNode
 from ..core.ontology import ROWS_NOT_PLACED, Label, Scope
 from ..core.session_graph import SessionGraph
+from ..core.storable import escaped
 
 if TYPE_CHECKING:
     from ..core.text import CallText
@@ -51,7 +52,7 @@ class FalkorDBBackend:
         self._graph = self._db.select_graph(graph)
 
     def query(self, statement: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        result = self._graph.query(statement, dict(params or {}))
+        result = self._graph.query(statement, escaped(dict(params or {})))
         columns = [h[1] if isinstance(h, (list, tuple)) else h for h in (result.header or [])]
         return [dict(zip(columns, row)) for row in result.result_set]
 

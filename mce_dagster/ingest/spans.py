@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.ontology import Label
+from ..core.storable import UNCARRIABLE, escaped, has_uncarriable
 from ..errors import InputError
 
 
@@ -25,26 +26,7 @@ class RowError(InputError, ValueError):
     """A span row that cannot be placed (no session id, bad timestamp, ...)."""
 
 
-# Characters no graph client here can send: FalkorDB's query parser stops at NUL,
-# and an unpaired surrogate has no UTF-8 form.
-_UNCARRIABLE = re.compile("[\x00\ud800-\udfff]")
 _INT64 = 2**63
-
-
-def _escape(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
-
-
-def _escaped(value: Any, count: list[int]) -> Any:
-    if isinstance(value, str):
-        text, n = _UNCARRIABLE.subn(_escape, value)
-        count[0] += n
-        return text
-    if isinstance(value, dict):
-        return {_escaped(k, count): _escaped(v, count) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_escaped(v, count) for v in value]
-    return value
 
 
 def row_text(row: Any) -> str:
@@ -61,14 +43,10 @@ def carriable(value: Any, text: str | None = None) -> tuple[Any, int]:
     as a `\\uXXXX` escape, and how many were. `text`: its `row_text`, when known."""
     text = row_text(value) if text is None else text
     # json.dumps writes NUL as an escape and keeps unpaired surrogates as they are.
-    if "\\u0000" not in text and (text.isascii() or not _UNCARRIABLE.search(text)):
+    if "\\u0000" not in text and (text.isascii() or not UNCARRIABLE.search(text)):
         return value, 0
     count = [0]
-    return _escaped(value, count), count[0]
-
-
-def has_uncarriable(text: str) -> bool:
-    return _UNCARRIABLE.search(text) is not None
+    return escaped(value, count), count[0]
 
 
 def _text(value: Any) -> str | None:
