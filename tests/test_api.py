@@ -52,7 +52,7 @@ def server(mce_home, sessions):
 
 
 def test_catalog_and_status(server):
-    metrics = httpx.get(f"{server}/metrics").json()
+    metrics = httpx.get(f"{server}/metrics", timeout=30).json()
     assert "ToolErrorRate" in {m["metric"] for m in metrics}
     status = httpx.get(f"{server}/status", timeout=30).json()
     assert status["graph"]["reachable"] and status["instance"]["reachable"]
@@ -65,12 +65,17 @@ def test_catalog_and_status(server):
         ({"session_ids": []}, 422, "session_ids"),
         ({"session_ids": "s1"}, 422, "session_ids"),
         ({"session_ids": ["absent-session"]}, 404, "session_ids"),
+        # JSON escapes a client may send: Python reads them as a NUL and a lone surrogate.
+        (b'{"session_ids": ["nul\\u0000in-id", "lone\\ud800surrogate"]}', 404, "session_ids"),
         ({"session_ids": ["x"], "metrics": ["NoSuchMetric"]}, 422, "metrics"),
         ({"session_ids": ["x"], "colour": "red"}, 422, "colour"),
     ],
 )
 def test_bad_input_is_a_4xx_that_names_the_field(server, body, status, field):
-    response = httpx.post(f"{server}/compute_metrics", json=body, timeout=60)
+    if isinstance(body, bytes):
+        response = httpx.post(f"{server}/compute_metrics", content=body, headers={"content-type": "application/json"}, timeout=60)
+    else:
+        response = httpx.post(f"{server}/compute_metrics", json=body, timeout=60)
     assert response.status_code == status, response.text
     assert response.json()["field"] == field
 

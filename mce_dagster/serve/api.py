@@ -10,6 +10,7 @@ field: `{"error": ..., "field": ...}`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import FastAPI, Path, Query, Request
@@ -51,8 +52,16 @@ class RunReport(BaseModel):
     results: list[dict[str, Any]] | None = None
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII characters escaped: a lone surrogate a client sent (and an
+    error message quotes back) has no UTF-8 form, and would make the reply a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def _problem(status: int, error: str, field: str | None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": error, "field": field})
+    return AsciiJSONResponse(status_code=status, content={"error": error, "field": field})
 
 
 class _Refused(Exception):
@@ -63,6 +72,7 @@ class _Refused(Exception):
 
 def build_app() -> FastAPI:
     app = FastAPI(
+        default_response_class=AsciiJSONResponse,
         title="mce",
         version="0.1.0",
         description="Metrics over multi-agent sessions: the catalog, stored results, and evaluations run through Dagster.",
