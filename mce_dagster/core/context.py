@@ -176,6 +176,8 @@ class SessionContext:
         """The nodes a metric of this scope is evaluated on."""
         if scope is Scope.SESSION:
             return [self.session]
+        if scope is Scope.POPULATION:
+            return []  # evaluated over many sessions at once (core.metrics.population)
         return self.calls(Label(scope.value))
 
     def all_spans(self) -> list[Node]:
