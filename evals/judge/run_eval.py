@@ -308,9 +308,13 @@ def failure_reasons(run_ids: Sequence[str]) -> Counter:
             if event.asset_key.to_user_string() != METRIC:
                 continue
             listing = event.event_specific_data.materialization.metadata.get("failures")
-            for line in (listing.value if listing else "").splitlines():
-                # "- `entity` (session): reason (last line '...')": counted without the example
-                reasons[re.sub(r" \(last line .*\)$", "", line.split("): ", 1)[-1])] += 1
+            for line in (listing.value if listing else "").splitlines()[2:]:
+                # "| session | entity | reason (last line '...') |" after the header and its rule:
+                # counted without the example
+                cells = re.split(r"(?<!\\)\|", line.strip())
+                if len(cells) < 5:
+                    continue  # the "N more not shown" line
+                reasons[re.sub(r" \(last line .*\)$", "", cells[-2].strip().replace("\\|", "|"))] += 1
             break  # a batch's materializations share the asset's metadata
     return reasons
 
