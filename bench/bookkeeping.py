@@ -10,6 +10,7 @@ storage, side by side in one run.
 
     .venv/bin/python bench/bookkeeping.py [--partitions 200] [--assets 5] [--repeat 3]
         [--batch-size 1000] [--sessions 200] [--seed 1] [--profile] [--skip-trivial] [--skip-project]
+        [--postgres]
 
 Prints tables and writes bench/results/bookkeeping-<N>-<sessions>.json.
 """
@@ -36,6 +37,56 @@ sys.path.insert(0, str(BENCH))
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 STORAGES = ("memory", "stock", "project")
+#: With --postgres: dagster-postgres' event log and the project's, on the PostgreSQL
+#: of DAGSTER_PG_* (make services), each instance in a schema of its own.
+PG_STORAGES = ("pg-stock", "pg-project")
+_PG_SCHEMAS: list[str] = []
+
+
+def _pg_connection():
+    import psycopg2
+
+    env = os.environ
+    conn = psycopg2.connect(
+        host=env["DAGSTER_PG_HOST"], port=env["DAGSTER_PG_PORT"], dbname=env["DAGSTER_PG_DB"],
+        user=env["DAGSTER_PG_USER"], password=env["DAGSTER_PG_PASSWORD"], connect_timeout=5,
+    )
+    conn.autocommit = True
+    return conn
+
+
+def open_pg_instance(kind: str, home: Path):
+    """The repository's production dagster.yaml in a fresh schema; pg-stock swaps in
+    dagster-postgres' own event log."""
+    import dagster as dg
+    import yaml
+
+    schema = f"mce_bench_{os.getpid()}_{len(_PG_SCHEMAS)}"
+    with _pg_connection() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
+    _PG_SCHEMAS.append(schema)
+    env = os.environ
+    db = {
+        "hostname": env["DAGSTER_PG_HOST"], "port": int(env["DAGSTER_PG_PORT"]), "db_name": env["DAGSTER_PG_DB"],
+        "username": env["DAGSTER_PG_USER"], "password": env["DAGSTER_PG_PASSWORD"],
+        "params": {"options": f"-csearch_path={schema}"},
+    }
+    config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    for name in ("run_storage", "event_log_storage", "schedule_storage"):
+        config[name]["config"] = {"postgres_db": db}
+    if kind == "pg-stock":
+        config["event_log_storage"].update(module="dagster_postgres.event_log", **{"class": "PostgresEventLogStorage"})
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    return dg.DagsterInstance.from_config(str(home))
+
+
+def drop_pg_schemas() -> None:
+    if not _PG_SCHEMAS:
+        return
+    with _pg_connection() as conn, conn.cursor() as cur:
+        for schema in _PG_SCHEMAS:
+            cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def open_instance(kind: str, home: Path):
@@ -45,6 +96,8 @@ def open_instance(kind: str, home: Path):
 
     if kind == "memory":
         return dg.DagsterInstance.ephemeral()
+    if kind.startswith("pg-"):
+        return open_pg_instance(kind, home)
     if kind == "project":
         write_local_config(home)
     else:
@@ -87,7 +140,7 @@ def bench_trivial(args, work: Path, out: dict) -> None:
     rows = []
     for batch in (0, args.batch_size):
         set_batch(batch)
-        for kind in STORAGES:
+        for kind in STORAGES + (PG_STORAGES if args.postgres else ()):
             times = [trivial_run(kind, work / f"t-{kind}-{batch}-{r}", args.partitions, args.assets) for r in range(args.repeat)]
             ms = [1000 * t / (args.partitions * args.assets) for t in times]
             rows.append({"storage": kind, "batch_size": batch, "ms_median": statistics.median(ms), "ms_min": min(ms), "run_s": statistics.median(times)})
@@ -190,7 +243,10 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--skip-trivial", action="store_true")
     parser.add_argument("--skip-project", action="store_true")
+    parser.add_argument("--postgres", action="store_true", help="also dagster-postgres and the project's PostgreSQL event log (DAGSTER_PG_*)")
     args = parser.parse_args()
+    if args.postgres and not os.environ.get("DAGSTER_PG_HOST"):
+        parser.error('--postgres needs DAGSTER_PG_HOST and the rest: eval "$(make -s services)"')
 
     work = Path(tempfile.mkdtemp(prefix="mce-bk-"))
     os.environ["DAGSTER_HOME"] = str(work / "unused-dagster-home")
@@ -205,6 +261,7 @@ def main() -> int:
 
         EmbeddedFalkorDB(work / "mce").stop()
         shutil.rmtree(work, ignore_errors=True)
+        drop_pg_schemas()
     try:
         out["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     except OSError:

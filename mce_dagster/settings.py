@@ -20,7 +20,7 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("DAGSTER_HOME", "$MCE_HOME/dagster", "the Dagster instance (runs, events, partitions)"),
     ("MCE_GRAPH_NAME", "mce", "the graph inside the store"),
     ("MCE_CONFIG", "the bundled mce_config.yaml", "which metrics run at which scope"),
-    ("MODEL_PRICES_PATH", "LiteLLM's bundled price table", "the price table the Cost metric reads"),
+    ("MODEL_PRICES_PATH", "the trimmed copy in the package (mce_dagster/data/model_prices.json)", "another price table for the Cost metric and the judge (never refreshed)"),
     ("NEO4J_URI", "unset: the embedded FalkorDB", "the Neo4j server (bolt:// or neo4j://); setting it selects the Neo4j backend"),
     ("KG_DB_HOST", "unset", "instead of NEO4J_URI: the Neo4j host (with KG_DB_PORT, default 7687)"),
     ("NEO4J_USERNAME", "neo4j", "the Neo4j user (also KG_DB_USER)"),
