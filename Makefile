@@ -51,6 +51,15 @@ bench-judge: install
 bench-ingest: install
 	$(VENV)/bin/python bench/ingest_memory.py --byte-bound
 
+# From a session's announcement to its results in the graph through the queue sensor
+# and dagster-daemon (median and p95 over a burst of 500), and the Neo4j backend against
+# the embedded FalkorDB on one batch (ingest + evaluate), on the services of
+# `make services` (started if they are not running).
+#   make bench-latency LATENCY_ARGS="--sessions 1000 --batch 300"
+.PHONY: bench-latency
+bench-latency: install
+	@eval "$$(bash services/services.sh up)" && $(VENV)/bin/python bench/latency.py $(LATENCY_ARGS)
+
 # Property-based fuzzing of ingestion (tests/test_fuzz_ingest.py) under its "fuzz"
 # profile: FUZZ_EXAMPLES examples per test (5000 unless set; the suite runs 250).
 #   make fuzz FUZZ_EXAMPLES=2000
