@@ -220,6 +220,8 @@ class Latency:
     last_result_s: float
     runs: int
     publish_s: float
+    #: the first run's start and the last run's end, from the burst's start
+    run_span_s: tuple[float, float]
 
 
 def measure_latency(s: Scratch, n: int, seed: int, timeout: float) -> Latency:
@@ -255,11 +257,12 @@ def measure_latency(s: Scratch, n: int, seed: int, timeout: float) -> Latency:
     last_at = _wait_for_results(graph, instance, ids, timeout)
     stop_daemon(daemon)
     latencies = sorted(last_at[sid] - published[sid] for sid in ids)
-    runs = len(instance.get_runs())
+    records = instance.get_run_records()
+    span = (min(r.start_time for r in records) - burst_start, max(r.end_time for r in records) - burst_start)
     instance.dispose()
     return Latency(
         sessions=n, ingest_s=ingest_s, latencies=latencies, first_result_s=min(last_at.values()) - burst_start,
-        last_result_s=max(last_at.values()) - burst_start, runs=runs, publish_s=publish_s,
+        last_result_s=max(last_at.values()) - burst_start, runs=len(records), publish_s=publish_s, run_span_s=span,
     )
 
 
@@ -335,6 +338,8 @@ def report(lat: Latency, backends: list[Backend], load: tuple[float, float, floa
         f"min {lat.latencies[0]:.1f} s, max {lat.latencies[-1]:.1f} s",
         f"   first session done {lat.first_result_s:.1f} s after the burst began, last {lat.last_result_s:.1f} s: "
         f"{through:.2f} sessions/s through the daemon",
+        f"   the run(s) started {lat.run_span_s[0]:.1f} s after the burst began (sensor tick, backfill daemon, "
+        f"run queue, run worker start) and ended at {lat.run_span_s[1]:.1f} s",
         "",
         f"2. backends on the same batch of {backends[0].sessions} sessions (mce ingest, then mce compute with every id; "
         "PostgreSQL instance, in-process run):",
