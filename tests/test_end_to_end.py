@@ -359,6 +359,21 @@ def test_announced_sessions_are_evaluated_once_each_through_a_killed_daemon(depl
     assert all(headers[q.REASON].startswith("malformed message") for _, headers in letters)
 
 
+def test_without_a_judge_model_the_sensors_leave_judged_metrics_out(monkeypatch):
+    from mce_dagster.definitions import build_definitions, runtime
+
+    def judged_in_selection() -> set[str]:
+        defs = build_definitions(*runtime())
+        selected = defs.get_sensor_def(QUEUE_SENSOR).asset_selection.resolve(defs.resolve_asset_graph())
+        judged = {str(m.key) for m in runtime()[1].enabled if m.definition.kind == "llm_judge"}
+        return judged & {k.to_user_string() for k in selected}
+
+    monkeypatch.delenv("LLM_MODEL_NAME", raising=False)
+    assert judged_in_selection() == set()  # as `mce compute` leaves them out
+    monkeypatch.setenv("LLM_MODEL_NAME", "openai/gpt-4o-mini")
+    assert judged_in_selection()
+
+
 def run_midway(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
     """A started run that has finished a step and not the run."""
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
