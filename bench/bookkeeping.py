@@ -34,6 +34,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
+import bench_pg  # noqa: E402  (beside this file)
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 STORAGES = ("memory", "stock", "project")
@@ -43,18 +44,6 @@ PG_STORAGES = ("pg-stock", "pg-project")
 _PG_SCHEMAS: list[str] = []
 
 
-def _pg_connection():
-    import psycopg2
-
-    env = os.environ
-    conn = psycopg2.connect(
-        host=env["DAGSTER_PG_HOST"], port=env["DAGSTER_PG_PORT"], dbname=env["DAGSTER_PG_DB"],
-        user=env["DAGSTER_PG_USER"], password=env["DAGSTER_PG_PASSWORD"], connect_timeout=5,
-    )
-    conn.autocommit = True
-    return conn
-
-
 def open_pg_instance(kind: str, home: Path):
     """The repository's production dagster.yaml in a fresh schema; pg-stock swaps in
     dagster-postgres' own event log."""
@@ -62,7 +51,7 @@ def open_pg_instance(kind: str, home: Path):
     import yaml
 
     schema = f"mce_bench_{os.getpid()}_{len(_PG_SCHEMAS)}"
-    with _pg_connection() as conn, conn.cursor() as cur:
+    with bench_pg.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
     _PG_SCHEMAS.append(schema)
     env = os.environ
@@ -84,7 +73,7 @@ def open_pg_instance(kind: str, home: Path):
 def drop_pg_schemas() -> None:
     if not _PG_SCHEMAS:
         return
-    with _pg_connection() as conn, conn.cursor() as cur:
+    with bench_pg.connect() as conn, conn.cursor() as cur:
         for schema in _PG_SCHEMAS:
             cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 

@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 import uuid
+
+import bench_pg  # beside this file
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,18 +62,6 @@ class Scratch:
     embedded_homes: list[Path] = field(default_factory=list)
 
 
-def _pg():
-    import psycopg2
-
-    env = os.environ
-    conn = psycopg2.connect(
-        host=env["DAGSTER_PG_HOST"], port=env["DAGSTER_PG_PORT"], dbname=env["DAGSTER_PG_DB"],
-        user=env["DAGSTER_PG_USER"], password=env["DAGSTER_PG_PASSWORD"], connect_timeout=5,
-    )
-    conn.autocommit = True
-    return conn
-
-
 @contextmanager
 def scratch() -> Iterator[Scratch]:
     s = Scratch(Path(tempfile.mkdtemp(prefix="mce-latency-")))
@@ -96,7 +86,7 @@ def _clean(s: Scratch) -> None:
             ch.queue_delete(name)
             ch.queue_delete(q.dlq_name(name))
         connection.close()
-    with _pg() as conn, conn.cursor() as cur:
+    with bench_pg.connect() as conn, conn.cursor() as cur:
         for schema in s.schemas:
             cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     for home in s.embedded_homes:
@@ -118,7 +108,7 @@ def deployment(s: Scratch, name: str, base: dict[str, str]) -> dict[str, str]:
     """A DAGSTER_HOME holding the repository's dagster.yaml, in a schema of its own
     (PGOPTIONS sets the search path, so the file is used as it is)."""
     schema = f"mce_latency_{uuid.uuid4().hex[:8]}"
-    with _pg() as conn, conn.cursor() as cur:
+    with bench_pg.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE SCHEMA {schema}")
     s.schemas.append(schema)
     home = s.root / name / "dagster"
