@@ -224,19 +224,43 @@ import sys
 from mce_dagster.judge.cache import ReplyCache
 from mce_dagster.core.judging import JudgeReply
 cache = ReplyCache(sys.argv[1])
-for i in range(300):
+for i in range(150):
     cache.put(f"{sys.argv[2]}-{i}", "m", JudgeReply(f"Score: {i % 5 + 1}", 10, 2))
 """
 
 
-def test_two_processes_recording_at_once_lose_nothing(tmp_path):
+def test_processes_opening_and_recording_at_once_lose_nothing(tmp_path):
+    # Four processes create the same new cache together: turning on WAL races for an
+    # exclusive lock, which SQLite refuses at once to one of them rather than wait.
     path = tmp_path / "cache.sqlite"
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), name]) for name in ("a", "b")]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    names = ("a", "b", "c", "d")
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), name]) for name in names]
+    assert [p.wait(timeout=120) for p in procs] == [0] * len(names)
     from mce_dagster.judge.cache import ReplyCache
 
     cache = ReplyCache(path)
-    assert len(cache) == 600 and cache.get("b-299").text == "Score: 5"
+    assert len(cache) == 600 and cache.get("d-149").text == "Score: 5"
+
+
+def test_a_cache_opened_while_another_process_writes_waits_instead_of_failing(tmp_path):
+    # A writer holding a RESERVED lock makes SQLite refuse the switch to WAL at once, with
+    # no busy wait: the cache must wait for the writer, not fail the judge run.
+    import sqlite3
+    import threading
+
+    from mce_dagster.judge.cache import ReplyCache
+
+    path = tmp_path / "cache.sqlite"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE other (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO other VALUES (1)")
+    release = threading.Timer(0.5, lambda: writer.execute("COMMIT"))
+    release.start()
+    cache = ReplyCache(path)
+    release.join()
+    cache.put("k", "m", JudgeReply("Score: 3", 1, 1))
+    assert cache.get("k").text == "Score: 3"
 
 
 def test_past_the_budget_no_call_is_made(server):

@@ -64,10 +64,25 @@ class ReplyCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            for statement in _SCHEMA:
-                db.execute(statement)
+        self._set_up(deadline=time.monotonic() + 60.0)
+
+    def _set_up(self, deadline: float) -> None:
+        # Switching to WAL needs an exclusive lock, and SQLite answers "database is locked" at
+        # once (no busy handler) when two processes open a new cache together: retry until
+        # the deadline rather than fail a judge run over a lock held for milliseconds.
+        db = self._connect()
+        delay = 0.01
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                for statement in _SCHEMA:
+                    db.execute(statement)
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
