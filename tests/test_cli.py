@@ -134,7 +134,30 @@ def test_kg_check_names_a_missing_required_property(tmp_path):
 
 
 def test_demo_summarises_what_the_graph_holds(mce_home):
-    shown = mce(mce_home, "demo", "--sessions", "6", "--seed", "3").stdout
+    import http.server
+    import threading
+
+    # The demo is offline: the price table URL, pointed at a local server, is never asked.
+    asked = []
+
+    class Prices(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            self.send_error(404)
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Prices)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/prices.json"
+    env = {k: v for k, v in os.environ.items() if k != "MODEL_PRICES_REFRESH"}
+    env.update(MCE_HOME=str(mce_home), DAGSTER_HOME=str(mce_home / "dagster"), MODEL_PRICES_URL=url)
+    try:
+        done = subprocess.run([MCE, "demo", "--sessions", "6", "--seed", "3"], capture_output=True, text=True,
+                              env=env, cwd=REPO, timeout=300)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert asked == [] and "price table not refreshed" not in done.stderr + done.stdout
+    shown = done.stdout
     assert "1. generated 6 synthetic sessions" in shown
     assert "ingested 6 sessions" in shown and "0 row(s) not placed" in shown
     assert "evaluated them in 1 Dagster run(s)" in shown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -41,6 +42,9 @@ def demo(
     from ..results import summarize, top_sessions
     from ..synthetic import write_export
 
+    # The demo runs offline: it prices with the table shipped in the package unless the
+    # user asked for refreshes explicitly.
+    os.environ.setdefault("MODEL_PRICES_REFRESH", "false")
     settings = Settings.from_env()
     export = settings.mce_home / "demo" / f"synthetic-{sessions}-seed{seed}.json"
     export.parent.mkdir(parents=True, exist_ok=True)
