@@ -20,6 +20,7 @@ from .defs.assets import (
 from .defs.io_managers import MetricResultIOManager, SessionContextIOManager
 from .defs.jobs import evaluate_job
 from .defs.population import build_population_asset
+from .defs.report import evaluation_report
 from .defs.resources import knowledge_graph_resource
 from .defs.sensors import build_sensors, session_queue_resource
 from .prices import load_price_table
@@ -53,7 +54,7 @@ def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
         for m in catalog.ordered()
     ]
     return dg.Definitions(
-        assets=[session_context, *metric_assets],
+        assets=[session_context, *metric_assets, evaluation_report],
         jobs=[evaluate_job(config.enabled)],
         # Off by default: `dagster sensor start session_queue_sensor` (or session_poll_sensor).
         sensors=build_sensors([SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config) if m.scope is not Scope.POPULATION)]),

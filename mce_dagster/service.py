@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from .catalog import Catalog, CatalogMetric
     from .ingest import IngestReport
+    from .report.model import Report
     from .runner import ComputeOutcome
 
 
@@ -297,6 +298,23 @@ def results_frame(
     """The results `export_results` would write for these filters, as a DataFrame."""
     selection = select_results(metrics, scopes, sessions, app, since, until, kg=kg)
     return frame(rows for _, rows in result_batches(selection, kg=kg))
+
+
+# -- the evaluation report ------------------------------------------------------------
+
+
+def write_report(
+    output: Path | str | None = None, on_batch: Callable[[int], None] | None = None, kg: KnowledgeGraph | None = None
+) -> tuple[Path, "Report"]:
+    """The evaluation report (distributions, roll-ups per app and per agent) over every
+    evaluated session, as one standalone HTML file: `output`, else
+    $MCE_HOME/reports/evaluation_report.html. The file's path and the numbers."""
+    from .report.build import REPORT_PATH, collect, draw, write_html
+    from .settings import Settings
+
+    report = collect(kg or open_graph(), catalog(), on_batch=on_batch)
+    path = Path(output) if output is not None else Settings.from_env().mce_home / REPORT_PATH
+    return write_html(report, draw(report), path), report
 
 
 # -- the graph -------------------------------------------------------------------

@@ -14,6 +14,7 @@ from .export import commands as export_commands
 from .kg import kg_app
 from .metric import metric_app, provider_app
 from .prices import prices_app
+from .report import commands as report_commands
 from .serve import commands as serve_commands
 
 app = Commands(help="Metrics Computation Engine for multi-agent systems, on Dagster.", no_args_is_help=True)
@@ -25,5 +26,6 @@ app.add_typer(provider_app, name="provider")
 app.add_typer(kg_app, name="kg")
 app.add_typer(prices_app, name="prices")
 app.add_typer(serve_commands)  # `mce serve`
+app.add_typer(report_commands)  # `mce report`
 
 __all__ = ["app"]

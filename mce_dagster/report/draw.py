@@ -1,0 +1,66 @@
+"""The report's pictures as PNG bytes, drawn with matplotlib's Agg backend (no
+display, no GUI toolkit). Imported only when a report is written: matplotlib takes
+a second to import."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+from .model import Distribution, Rollup  # noqa: E402
+
+DPI = 80
+# Bars shown per roll-up chart; the HTML table beside it lists every group.
+MAX_GROUPS = 20
+COLOR = "#4C72B0"
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def histogram_png(d: Distribution) -> bytes:
+    """One metric's distribution: a bar per bin, the mean (and the pooled ratio) marked."""
+    fig, ax = plt.subplots(figsize=(4.6, 2.8))
+    h = d.histogram
+    widths = [b - a for a, b in zip(h.edges, h.edges[1:])]
+    ax.bar(h.edges[:-1], h.counts, width=widths, align="edge", color=COLOR, edgecolor="white", linewidth=0.5)
+    ax.axvline(d.summary.mean, color="#C44E52", linewidth=1.2, label=f"mean {d.summary.mean:.4g}")
+    if d.summary.pooled is not None:
+        ax.axvline(d.summary.pooled, color="#55A868", linewidth=1.2, linestyle="--", label=f"sum/sum {d.summary.pooled:.4g}")
+    ax.legend(fontsize=7, frameon=False)
+    ax.set_title(f"{d.key}  (n={d.summary.count:,})", fontsize=9)
+    ax.set_xlabel(d.unit or "value", fontsize=8)
+    ax.set_ylabel("results", fontsize=8)
+    ax.tick_params(labelsize=7)
+    return _png(fig)
+
+
+def rollups_png(rollups: Sequence[Rollup], cut: str) -> bytes:
+    """Every metric rolled up per `cut`: one horizontal bar chart per metric, in a grid."""
+    columns = 3
+    rows = max(1, -(-len(rollups) // columns))
+    groups = max((min(len(r.rows), MAX_GROUPS) for r in rollups), default=1)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, (0.9 + 0.22 * groups) * rows), squeeze=False)
+    for ax, r in zip(axes.flat, rollups):
+        shown = sorted(r.rows, key=lambda row: -row.count)[:MAX_GROUPS]
+        shown = [row for row in shown if row.value is not None]
+        ax.barh([row.group for row in shown], [row.value for row in shown], color=COLOR)
+        ax.invert_yaxis()
+        more = f", {len(shown)} of {len(r.rows)}" if len(r.rows) > len(shown) else ""
+        ax.set_title(f"{r.key} ({r.unit or 'value'}{more})", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(rollups):]:
+        ax.axis("off")
+    fig.suptitle(f"per {cut}", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
