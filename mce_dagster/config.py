@@ -35,6 +35,17 @@ class EngineSettings(BaseModel):
     ingest_batch_size: int = Field(200, ge=1, le=100_000)
 
 
+class ProviderSection(BaseModel):
+    """What the provider metrics (DeepEval, Ragas, Opik) read, by app name, with
+    `default` for any other app: the reference topics of `ragas.TopicAdherence`, the
+    tools `deepeval.ToolCorrectness` and `ragas.ToolCallAccuracy` expect."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topics: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    expected_tools: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+
 class ConfigFile(BaseModel):
     """The file as written, before its metric names are looked up."""
 
@@ -42,6 +53,7 @@ class ConfigFile(BaseModel):
 
     metrics: dict[Scope, tuple[str, ...]]
     engine: EngineSettings = EngineSettings()
+    providers: ProviderSection = ProviderSection()
 
     @field_validator("metrics")
     @classmethod

@@ -8,6 +8,14 @@ send: 400 for an unsupported parameter, 429 with Retry-After, 500, or a reply
 slower than the client's timeout). Every request body is kept in `requests`.
 `latency` delays every reply by a fixed number of seconds, as a model's time to
 answer would (benchmarks of concurrent calls).
+
+Structured requests are answered as the real API answers them, from the schema the
+request carries: `response_format: json_schema` gets a JSON instance of that schema
+as the message content, a forced tool (`tools` with `tool_choice`) gets a tool call
+whose arguments are such an instance, and `response_format: json_object` (the JSON
+mode of clients such as instructor, which put the schema in the prompt) gets an
+instance of the schema the prompt holds. `values` fixes what chosen properties are
+filled with (`{"verdict": "no"}`), so a test can steer a library's score.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ class Completion:
     prompt_tokens: int = 100
     completion_tokens: int = 20
     delay: float = 0.0
+    # A forced tool's call: (name, arguments as JSON text); the content is then empty.
+    tool_call: tuple[str, str] | None = None
 
 
 @dataclass
@@ -89,6 +99,101 @@ def logprobs_content(text: str, score_probs: Mapping[str, float] | None) -> list
     return out
 
 
+def approx_tokens(text: str) -> int:
+    """About four characters a token, as OpenAI's tokenizers average on English."""
+    return max(1, len(text) // 4)
+
+
+def prompt_tokens_of(request: Mapping[str, Any]) -> int:
+    return approx_tokens(json.dumps(request.get("messages") or [], ensure_ascii=False))
+
+
+def instance_of(schema: Mapping[str, Any], values: Mapping[str, Any] | None = None, *, root: Mapping[str, Any] | None = None, name: str = "value", items: int = 2) -> Any:
+    """A JSON value valid against `schema` (the subset pydantic emits: $ref, anyOf,
+    enum, const, objects, arrays, scalars); `values` fixes properties by name."""
+    root = root if root is not None else schema
+    values = values or {}
+    if name in values:
+        return values[name]
+    if "$ref" in schema:
+        target: Any = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        return instance_of(target, values, root=root, name=name, items=items)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
+            return instance_of(options[0], values, root=root, name=name, items=items)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or "properties" in schema:
+        return {k: instance_of(v, values, root=root, name=k, items=items) for k, v in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        count = max(items, int(schema.get("minItems") or 0))
+        if schema.get("maxItems") is not None:
+            count = min(count, int(schema["maxItems"]))
+        return [instance_of(schema.get("items") or {}, values, root=root, name=name, items=items) for _ in range(count)]
+    if kind == "integer":
+        return int(schema.get("minimum", 1))
+    if kind == "number":
+        return float(schema.get("minimum", 1.0))
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return f"{name} as the evaluator sees it"
+
+
+def _schema_in_prompt(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The JSON schema a JSON-mode prompt carries (after `json_schema:`), if any."""
+    for message in reversed(request.get("messages") or []):
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+        if not isinstance(content, str) or "json_schema" not in content:
+            continue
+        start = content.find("{", content.find("json_schema"))
+        if start < 0:
+            continue
+        try:
+            found, _ = json.JSONDecoder().raw_decode(content[start:])
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return None
+
+
+def structured(request: Mapping[str, Any], values: Mapping[str, Any] | None = None) -> Completion | None:
+    """The reply to a structured request, filled from its schema; None when the
+    request asks for plain text."""
+    fmt = request.get("response_format") or {}
+    tools = request.get("tools") or []
+    choice = request.get("tool_choice")
+    if fmt.get("type") == "json_schema":
+        text = json.dumps(instance_of(fmt["json_schema"].get("schema") or {}, values))
+    elif tools and choice not in (None, "none", "auto"):
+        function = tools[0]["function"]
+        if isinstance(choice, dict):
+            wanted = choice.get("function", {}).get("name")
+            function = next((t["function"] for t in tools if t["function"]["name"] == wanted), function)
+        arguments = json.dumps(instance_of(function.get("parameters") or {}, values))
+        return Completion("", prompt_tokens=prompt_tokens_of(request), completion_tokens=approx_tokens(arguments), tool_call=(function["name"], arguments))
+    elif fmt.get("type") == "json_object":
+        schema = _schema_in_prompt(request)
+        if schema is None:
+            return None
+        text = json.dumps(instance_of(schema, values))
+    else:
+        return None
+    return Completion(text, prompt_tokens=prompt_tokens_of(request), completion_tokens=approx_tokens(text))
+
+
 class _Server(ThreadingHTTPServer):
     # socketserver's default backlog of 5 drops connections beyond it when many
     # clients connect at once, and each dropped one waits a second to retry.
@@ -100,7 +205,9 @@ class FakeOpenAI:
     """`with FakeOpenAI(responder) as server:`; `server.base_url` ends in /v1."""
 
     def __init__(self, responder: Responder | None = None, latency: float = 0.0):
-        self.responder: Responder = responder or (lambda req: Completion("Fine.\nScore: 4", {"4": 1.0}))
+        self.responder: Responder = responder or self.default_reply
+        # Property name -> the value structured replies give it.
+        self.values: dict[str, Any] = {}
         # Seconds added to every reply, on top of its own `delay`.
         self.latency = latency
         self.requests: list[dict[str, Any]] = []
@@ -109,6 +216,10 @@ class FakeOpenAI:
         self._server: ThreadingHTTPServer | None = None
 
     # -- scripting -------------------------------------------------------------
+
+    def default_reply(self, request: dict[str, Any]) -> Reply:
+        """A structured request gets an instance of its schema; any other a score."""
+        return structured(request, self.values) or Completion("Fine.\nScore: 4", {"4": 1.0})
 
     def script(self, *replies: Reply, then: Responder | None = None) -> None:
         """Answer the next requests with `replies` in order, then with `then`."""
@@ -186,6 +297,14 @@ class FakeOpenAI:
             "finish_reason": "stop",
             "logprobs": None,
         }
+        if reply.tool_call is not None:
+            name, arguments = reply.tool_call
+            choice["message"] = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call_local", "type": "function", "function": {"name": name, "arguments": arguments}}],
+            }
+            choice["finish_reason"] = "tool_calls"
         if request.get("logprobs"):
             choice["logprobs"] = {"content": logprobs_content(reply.text, reply.score_probs)}
         return {

@@ -22,7 +22,7 @@ from ..errors import UnknownSessionError
 from .checks import coverage_result, markdown_table, metric_check_specs, placed_result, range_result, range_text, session_check_specs
 from .io_managers import METRIC_METADATA_KEY, stored_in_run
 from .partitions import sessions_partitions
-from .judging import judge_batch
+from .judging import judge_batch, provider_batch
 from .resources import KnowledgeGraphResource
 from .retries import retried_while_graph_unavailable
 
@@ -122,7 +122,10 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         "node": metric_node(metric).model_dump(),
     }
 
-    judged = d.kind == "llm_judge" and d.judge is not None
+    # A provider's library metric (DeepEval, Ragas, Opik) reads the session's text
+    # like a judged one, and, when it calls a model, takes the judge's pool and budget.
+    library = getattr(metric.compute, "run_batch", None) is not None
+    judged = d.kind == "llm_judge" and (d.judge is not None or library)
 
     @dg.asset(
         key=asset_key(metric.key),
@@ -146,13 +149,20 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         # Judged metrics take a slot of the `judge` pool: the instance's limit on it
         # bounds judge load across runs (design 04).
         pool=JUDGE_POOL if judged else None,
-        required_resource_keys={"knowledge_graph"} if judged else None,
+        required_resource_keys={"knowledge_graph"} if judged or library else None,
         config_schema=JudgeRunConfig.to_config_schema() if judged else None,
     )
     def compute(context: dg.AssetExecutionContext, session_context: dict[str, SessionContext], **dependencies):
         deps = {arg_to_dep[name]: results for name, results in dependencies.items()}
         judge_metadata: dict[str, object] = {}
-        if judged:
+        if library:
+            config = context.op_execution_context.op_config or {}
+            with retried_while_graph_unavailable(context):
+                batch, judge_metadata = provider_batch(
+                    metric, session_context, deps, prices(), context.resources.knowledge_graph, context.run.run_id,
+                    config.get("budget_usd"), context.log,
+                )
+        elif judged:
             config = context.op_execution_context.op_config or {}
             with retried_while_graph_unavailable(context):
                 batch, judge_metadata = judge_batch(

@@ -78,3 +78,62 @@ def judge_batch(
         metadata["run budget (USD)"] = budget.ceiling
         metadata["run judge spend so far (USD)"] = round(budget.spent, 8)
     return batch, metadata
+
+
+def provider_options():
+    """The providers' options from `mce_config.yaml` (`providers:`)."""
+    from ..config import config_path, read_config_file
+    from ..providers import ProviderOptions
+
+    section = read_config_file(config_path()).providers
+    return ProviderOptions(
+        topics={app: tuple(v) for app, v in section.topics.items()},
+        expected_tools={app: tuple(v) for app, v in section.expected_tools.items()},
+    )
+
+
+def provider_batch(
+    metric,
+    contexts: Mapping[str, SessionContext],
+    deps,
+    prices: PriceLookup,
+    knowledge_graph,
+    run_id: str,
+    budget_usd: float | None,
+    log,
+) -> tuple[MetricBatch, dict[str, object]]:
+    """A provider's metric (DeepEval, Ragas, Opik): its library runs on every
+    entity's case, its calls through the judge's rules (`providers.gateway`)."""
+    library_metric = metric.compute
+    settings = Settings.from_env().judge
+    if not library_metric.library.available:
+        reason = library_metric.library.missing
+        batch = MetricBatch()
+        for sid, ctx in contexts.items():
+            batch.values[sid] = {}
+            batch.failures.extend(EntityFailure(sid, e.id, reason) for e in ctx.entities(metric.scope))
+        log.error(f"{metric.key}: {reason}")
+        return batch, {"provider": "unavailable"}
+    if library_metric.needs_judge and not settings.configured:
+        batch = MetricBatch()
+        for sid, ctx in contexts.items():
+            batch.values[sid] = {}
+            batch.failures.extend(EntityFailure(sid, e.id, NO_JUDGE) for e in ctx.entities(metric.scope))
+        log.warning(f"{metric.key}: {NO_JUDGE}")
+        return batch, {"judge": "not configured"}
+    load_text(contexts, knowledge_graph)
+    gateway = None
+    metadata: dict[str, object] = {"library": f"{library_metric.library.distribution} {library_metric.library.version}"}
+    if library_metric.needs_judge:
+        from ..providers.gateway import Gateway
+
+        ceiling = budget_usd if budget_usd is not None else settings.budget_usd
+        gateway = Gateway(settings, prices, run_budget(run_id, ceiling))
+    outcomes = library_metric.run_batch(metric.scope, contexts, gateway, provider_options(), settings.concurrency)
+    batch = evaluate_metric(metric, contexts, deps, prices, judgments=outcomes)
+    if gateway is not None:
+        metadata.update({"judge model": settings.model, **gateway.stats.as_metadata()})
+        if gateway.budget.ceiling is not None:
+            metadata["run budget (USD)"] = gateway.budget.ceiling
+            metadata["run judge spend so far (USD)"] = round(gateway.budget.spent, 8)
+    return batch, metadata
