@@ -60,6 +60,18 @@ bench-ingest: install
 bench-latency: install
 	@eval "$$(bash services/services.sh up)" && $(VENV)/bin/python bench/latency.py $(LATENCY_ARGS)
 
+# Ingestion and evaluation of 1,000 / 10,000 / 100,000 synthetic sessions against the
+# three floors (plain Python, plain graph calls, no-op Dagster materializations) on each
+# graph backend and instance storage, on the services of `make services`. Hours at 100k:
+#   make bench-scale SCALE_SIZES="1000 10000" SCALE_ARGS="--wipe"
+SCALE_SIZES ?= 1000 10000
+.PHONY: bench-scale
+bench-scale: install
+	@eval "$$(bash services/services.sh up)" && for n in $(SCALE_SIZES); do \
+	  for backend in embedded neo4j; do for storage in sqlite postgres; do \
+	    $(VENV)/bin/python bench/scale.py --sessions $$n --backend $$backend --storage $$storage $(SCALE_ARGS) || exit 1; \
+	  done; done; done
+
 # Property-based fuzzing of ingestion (tests/test_fuzz_ingest.py) under its "fuzz"
 # profile: FUZZ_EXAMPLES examples per test (5000 unless set; the suite runs 250).
 #   make fuzz FUZZ_EXAMPLES=2000
