@@ -262,8 +262,9 @@ def outcome_value(metric: str, outcome: LibraryOutcome, prices: PriceLookup | No
 
 def prepare_library_environment() -> None:
     """Before a library is imported: no telemetry, no files in the working directory."""
-    from ..settings import Settings
+    from ..settings import Settings, prepare_litellm_environment
 
+    prepare_litellm_environment()
     os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "YES")
     os.environ.setdefault("DEEPEVAL_GRPC_LOGGING", "NO")
     os.environ.setdefault("DEEPEVAL_CACHE_FOLDER", str(Settings.from_env().mce_home / "deepeval"))

@@ -75,6 +75,20 @@ def arguments_of(raw: str | None) -> dict[str, Any]:
     return {"input": value}
 
 
+def expected_call(entry: str) -> tuple[str, dict[str, Any]]:
+    """An expected tool as configured: `name`, or `name {"argument": value}`."""
+    name, _, args = entry.strip().partition(" ")
+    if not args.strip():
+        return name, {}
+    try:
+        parsed = json.loads(args)
+    except ValueError:
+        raise MetricFailure(f"expected tool {entry!r}: the arguments after the name are not a JSON object") from None
+    if not isinstance(parsed, dict):
+        raise MetricFailure(f"expected tool {entry!r}: the arguments after the name are not a JSON object")
+    return name, parsed
+
+
 def tool_uses(ctx: SessionContext) -> tuple[ToolUseCase, ...]:
     """Every tool call of the session in order, with its arguments and output."""
     calls = sorted(ctx.calls(Label.TOOL_CALL), key=lambda n: (n.start, n.id))
