@@ -12,8 +12,9 @@ from .demo import commands as demo_commands
 from .evaluate import commands as evaluate_commands
 from .export import commands as export_commands
 from .kg import kg_app
-from .metric import metric_app, provider_app
+from .metric import metric_app
 from .prices import prices_app
+from .provider import provider_app
 from .report import commands as report_commands
 from .serve import commands as serve_commands
 

@@ -278,3 +278,54 @@ LIBRARIES = {
     "ragas": Library("ragas", "ragas", "ragas"),
     "opik": Library("opik", "opik", "opik"),
 }
+
+
+@dataclass(frozen=True)
+class ProviderStatus:
+    """One provider as `mce provider list` shows it."""
+
+    provider: str
+    source: str
+    metrics: tuple[str, ...]
+    library: str | None = None
+    library_version: str | None = None
+    available: bool = True
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "source": self.source,
+            "available": self.available,
+            "library": self.library,
+            "library_version": self.library_version,
+            "reason": self.reason,
+            "metrics": list(self.metrics),
+        }
+
+
+def provider_statuses(catalog) -> list[ProviderStatus]:
+    """Every provider of the catalog, with the library behind it (if any), whether
+    that library is installed, its version, and the metrics the provider brings."""
+    out = []
+    for provider, source in sorted(catalog.providers.items()):
+        metrics = tuple(sorted(n for (p, n) in catalog.definitions if p == provider))
+        libraries = {
+            m.compute.library for m in catalog.metrics.values() if m.provider == provider and isinstance(m.compute, LibraryMetric)
+        }
+        if not libraries:
+            out.append(ProviderStatus(provider, source, metrics))
+            continue
+        library = next(iter(libraries))
+        out.append(
+            ProviderStatus(
+                provider,
+                source,
+                metrics,
+                library=library.distribution,
+                library_version=library.version if library.available else None,
+                available=library.available,
+                reason=None if library.available else library.missing,
+            )
+        )
+    return out
