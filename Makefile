@@ -63,7 +63,7 @@ bench-latency: install
 # Ingestion and evaluation of 1,000 / 10,000 / 100,000 synthetic sessions against the
 # three floors (plain Python, plain graph calls, no-op Dagster materializations) on each
 # graph backend and instance storage, on the services of `make services`. Hours at 100k:
-#   make bench-scale SCALE_SIZES="1000 10000" SCALE_ARGS="--wipe"
+#   make bench-scale SCALE_SIZES="1000 10000 100000"
 SCALE_SIZES ?= 1000 10000
 .PHONY: bench-scale
 bench-scale: install

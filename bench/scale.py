@@ -20,8 +20,8 @@ process; the graph server is a process apart and not counted) is its own:
             partitions registered, one run per batch, results written to the graph.
 
 The engine's ratio is engine / (plain + graph + dagster). The judged metrics need a
-judge and are left out of every phase alike. With `--backend neo4j` the Neo4j of
-NEO4J_URI must hold no sessions of this seed (`--wipe` empties it first); with
+judge and are left out of every phase alike. With `--backend neo4j` the bench's
+sessions and results are deleted from the Neo4j of NEO4J_URI when it ends; with
 `--storage postgres` each instance gets a fresh schema in DAGSTER_PG_*'s database.
 Writes bench/results/scale-<backend>-<storage>-<N>.json.
 """
@@ -187,6 +187,7 @@ def phase_dagster(args, work: Path) -> dict:
 def phase_engine(args, work: Path) -> dict:
     import bookkeeping
 
+    from mce_dagster.core.ontology import Label
     from mce_dagster.graph import open_graph
     from mce_dagster.runner import compute_sessions
 
@@ -201,7 +202,10 @@ def phase_engine(args, work: Path) -> dict:
         bookkeeping.drop_pg_schemas()
     if not outcome.success:
         raise SystemExit(f"the engine's runs failed: {outcome.failed_runs} {outcome.failed_entities}")
-    return {"seconds": elapsed, "runs": len(outcome.runs), "stored_results": open_graph().count_results()}
+    backend = open_graph().backend
+    count = f"MATCH (x:{Label.METRIC_RESULT}) WHERE x.sessionId IN $ids RETURN count(x) AS n"
+    stored = sum(backend.query(count, {"ids": batch})[0]["n"] for batch in chunks(ids, 5000))
+    return {"seconds": elapsed, "runs": len(outcome.runs), "stored_results": stored}
 
 
 # ---- the driver -------------------------------------------------------------------
@@ -233,7 +237,6 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500, help="sessions per run and per graph round trip")
     parser.add_argument("--backend", choices=["embedded", "neo4j"], default="embedded")
     parser.add_argument("--storage", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--wipe", action="store_true", help="empty the Neo4j of NEO4J_URI first")
     parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -259,15 +262,6 @@ def main() -> None:
     os.environ.update({k: v for k, v in env.items() if k in ("MCE_HOME", "DAGSTER_HOME")})
     if args.backend == "neo4j":
         os.environ.update({k: env[k] for k in env if k.startswith("NEO4J_")})
-        from mce_dagster.graph import open_graph
-
-        backend = open_graph().backend
-        if args.wipe:
-            while backend.query("MATCH (n) WITH n LIMIT 20000 DETACH DELETE n RETURN count(*) AS n")[0]["n"]:
-                pass
-        elif backend.query("MATCH (s:Session) RETURN count(s) AS n")[0]["n"]:
-            raise SystemExit("the Neo4j of NEO4J_URI holds sessions: pass --wipe to empty it first")
-
     from mce_dagster.synthetic import write_export
 
     out: dict = {"sessions": args.sessions, "batch": args.batch, "backend": args.backend, "storage": args.storage,
@@ -279,6 +273,10 @@ def main() -> None:
         for phase in PHASES:
             out[phase] = run_phase(phase, args, work, env)
     finally:
+        if args.backend == "neo4j" and (work / "ids.json").exists():
+            from mce_dagster.graph import open_graph
+
+            open_graph().delete_sessions(session_ids(work))  # the bench's sessions and results
         if args.backend == "embedded":
             from mce_dagster.graph.embedded import EmbeddedFalkorDB
 
