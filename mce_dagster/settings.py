@@ -10,6 +10,7 @@ first. `VARIABLES` lists every variable, with its default.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,3 +249,50 @@ def _bounded(env: Mapping[str, str], name: str, default, kind, minimum):
 
         raise ConfigurationError(f"{name}={raw!r} is below its minimum {minimum}")
     return value
+
+
+# -- env files (`mce --env-file PATH`) -------------------------------------------------
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_env_file(text: str, source: str = "env file") -> dict[str, str]:
+    """`NAME=value` lines -> {NAME: value}. Blank lines and `#` comments are skipped,
+    a leading `export ` is allowed, and a value in matching single or double quotes
+    is taken as it is inside them. Any other line is an error naming it."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        name, sep, value = line.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not _ENV_NAME.match(name):
+            from .errors import ConfigurationError
+
+            raise ConfigurationError(f"{source}:{number}: expected NAME=value, found {raw.strip()[:60]!r}")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[name] = value
+    return values
+
+
+def load_env_file(path: Path | str) -> dict[str, str]:
+    """Set the variables of an env file in this process's environment, over any
+    already set (the file is what the command line asked for). Call it before
+    anything reads the settings. Returns what was set."""
+    from .errors import ConfigurationError
+
+    path = Path(path)
+    if not path.is_file():
+        where = "is a directory" if path.is_dir() else "does not exist"
+        raise ConfigurationError(f"--env-file {path} {where}: give a file of NAME=value lines (as in MCE_HOME=/data/mce)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"--env-file {path} cannot be read: {exc}") from None
+    values = parse_env_file(text, str(path))
+    os.environ.update(values)
+    return values

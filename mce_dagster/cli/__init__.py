@@ -7,6 +7,7 @@ logic of their own. Nothing heavy is imported before a command needs it, so
 
 from __future__ import annotations
 
+from ._options import main_options
 from ._output import Commands
 from .demo import commands as demo_commands
 from .evaluate import commands as evaluate_commands
@@ -19,6 +20,7 @@ from .report import commands as report_commands
 from .serve import commands as serve_commands
 
 app = Commands(help="Metrics Computation Engine for multi-agent systems, on Dagster.", no_args_is_help=True)
+app.callback()(main_options)  # -v/-vv, --env-file: before any command reads the settings
 app.add_typer(evaluate_commands)  # no name: `mce ingest`, `mce compute` at the top
 app.add_typer(demo_commands)
 app.add_typer(export_commands)  # `mce export`

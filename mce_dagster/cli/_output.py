@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import typer
@@ -16,6 +17,10 @@ from ..errors import MCEError
 # Tables stay readable when the output is a file or a pipe (Rich assumes 80 columns).
 out = Console(width=None if sys.stdout.isatty() else 132)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 132)
+# -v count of this invocation (set by the options every command takes).
+verbosity = 0
+# Below this many sessions a command is quick enough to need no progress bar.
+PROGRESS_AFTER_SESSIONS = 10
 
 
 def fmt(value: float | None) -> str:
@@ -47,3 +52,20 @@ class Commands(typer.Typer):
             return function
 
         return decorate
+
+
+@contextlib.contextmanager
+def progress(label: str, total: int | None, unit: str = "sessions") -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on standard error while the block runs, advanced by calling
+    what it yields with how many more are done; None (no bar) for a few, or when
+    standard error is not a terminal (TTY_COMPATIBLE=1 or FORCE_COLOR=1 make it
+    count as one). `total` None: not known ahead, the bar counts up."""
+    if (total is not None and total <= PROGRESS_AFTER_SESSIONS) or not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)

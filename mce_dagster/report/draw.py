@@ -52,8 +52,9 @@ def rollups_png(rollups: Sequence[Rollup], cut: str) -> bytes:
     groups = max((min(len(r.rows), MAX_GROUPS) for r in rollups), default=1)
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, (0.9 + 0.22 * groups) * rows), squeeze=False)
     for ax, r in zip(axes.flat, rollups):
-        shown = sorted(r.rows, key=lambda row: -row.count)[:MAX_GROUPS]
-        shown = [row for row in shown if row.value is not None]
+        # the groups with most results, then by name: an app sits at the same place in every chart
+        shown = sorted(r.rows, key=lambda row: (-row.count, row.group))[:MAX_GROUPS]
+        shown = sorted((row for row in shown if row.value is not None), key=lambda row: row.group)
         ax.barh([row.group for row in shown], [row.value for row in shown], color=COLOR)
         ax.invert_yaxis()
         more = f", {len(shown)} of {len(r.rows)}" if len(r.rows) > len(shown) else ""
