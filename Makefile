@@ -60,6 +60,13 @@ bench-ingest: install
 bench-latency: install
 	@eval "$$(bash services/services.sh up)" && $(VENV)/bin/python bench/latency.py $(LATENCY_ARGS)
 
+# 100,000 session partitions against 1,000: registering them, a sensor tick and the
+# GraphQL queries of the UI's asset graph and partition pages, on each instance storage.
+.PHONY: bench-partitions
+bench-partitions: install
+	@eval "$$(bash services/services.sh up)" && for storage in sqlite postgres; do \
+	  $(VENV)/bin/python bench/partitions.py --sizes 1000 100000 --storage $$storage || exit 1; done
+
 # Ingestion and evaluation of 1,000 / 10,000 / 100,000 synthetic sessions against the
 # three floors (plain Python, plain graph calls, no-op Dagster materializations) on each
 # graph backend and instance storage, on the services of `make services`. Hours at 100k:
