@@ -6,7 +6,7 @@ Runs are recorded in the Dagster instance under DAGSTER_HOME (default
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,9 +110,11 @@ def compute_sessions(
     raise_on_error: bool = False,
     quiet: bool = True,
     budget_usd: float | None = None,
+    on_run: Callable[[int], None] | None = None,
 ) -> ComputeOutcome:
     """Evaluate the enabled metrics (or `metrics`, with what they depend on) on the
-    given sessions, one Dagster run per contiguous batch."""
+    given sessions, one Dagster run per contiguous batch. `on_run(n)` is told each
+    finished run's number of sessions (a progress bar)."""
     from .defs.jobs import EVALUATE_JOB
     from .definitions import defs, runtime
 
@@ -194,6 +196,8 @@ def compute_sessions(
         _judge_totals(result, outcome)
         if not result.success:
             outcome.failed_runs.append(result.run_id)
+        if on_run:
+            on_run(len(batch))
     if population:
         _compute_population(defs, population, instance, outcome, raise_on_error, quiet)
     return outcome

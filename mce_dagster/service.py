@@ -38,12 +38,36 @@ def catalog() -> "Catalog":
 
 
 def ingest(
-    paths: Sequence[Path | str], batch_size: int = 200, replace: bool = False, kg: KnowledgeGraph | None = None
+    paths: Sequence[Path | str],
+    batch_size: int = 200,
+    replace: bool = False,
+    kg: KnowledgeGraph | None = None,
+    on_sessions: Callable[[int], None] | None = None,
 ) -> "IngestReport":
-    """Span exports into the graph; `replace` rebuilds sessions already stored."""
+    """Span exports into the graph; `replace` rebuilds sessions already stored;
+    `on_sessions(n)` is told each batch of sessions written (a progress bar)."""
     from .ingest import ingest_paths
 
-    return ingest_paths([Path(p) for p in paths], kg or open_graph(), batch_size=batch_size, replace=replace)
+    graph: Any = kg or open_graph()
+    if on_sessions is not None:
+        graph = _CountingWrites(graph, on_sessions)
+    return ingest_paths([Path(p) for p in paths], graph, batch_size=batch_size, replace=replace)
+
+
+class _CountingWrites:
+    """The graph, telling `on_sessions(n)` of each batch of sessions written: how far
+    an ingest is, whose session count is known only once its files are read."""
+
+    def __init__(self, kg: KnowledgeGraph, on_sessions: Callable[[int], None]):
+        self._kg, self._on_sessions = kg, on_sessions
+
+    def write_sessions(self, sessions: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+        written = self._kg.write_sessions(sessions, *args, **kwargs)
+        self._on_sessions(len(sessions))
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kg, name)
 
 
 def parse_metric_list(text: str | None) -> list[str] | None:
@@ -71,11 +95,16 @@ def sessions_to_evaluate(session_ids: Sequence[str], all_sessions: bool, kg: Kno
 
 
 def compute(
-    session_ids: Sequence[str], metrics: Sequence[str] | None = None, budget_usd: float | None = None
+    session_ids: Sequence[str],
+    metrics: Sequence[str] | None = None,
+    budget_usd: float | None = None,
+    on_run: Callable[[int], None] | None = None,
+    quiet: bool = True,
 ) -> "ComputeOutcome":
     """Evaluate the enabled metrics (or `metrics` and what they depend on) through
     the Dagster definitions; results land in the graph. `budget_usd`: a ceiling on
-    judge spend over the whole call (else MCE_JUDGE_BUDGET_USD)."""
+    judge spend over the whole call (else MCE_JUDGE_BUDGET_USD); `on_run(n)`: told
+    each finished run's sessions; `quiet`: Dagster's run log shows warnings only."""
     from .runner import compute_sessions
     from .settings import Settings
 
@@ -83,7 +112,7 @@ def compute(
         budget_usd = Settings.from_env().judge.budget_usd
     if budget_usd is not None and budget_usd < 0:
         raise InputError(f"--budget {budget_usd} must be 0 or more (USD)")
-    return compute_sessions(session_ids, metrics, budget_usd=budget_usd)
+    return compute_sessions(session_ids, metrics, budget_usd=budget_usd, on_run=on_run, quiet=quiet)
 
 
 # -- reading results ------------------------------------------------------------

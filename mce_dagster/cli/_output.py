@@ -55,7 +55,7 @@ class Commands(typer.Typer):
 
 
 @contextlib.contextmanager
-def progress(label: str, total: int | None, unit: str = "sessions") -> Iterator[Callable[[int], None] | None]:
+def progress(label: str, total: int | None) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on standard error while the block runs, advanced by calling
     what it yields with how many more are done; None (no bar) for a few, or when
     standard error is not a terminal (TTY_COMPATIBLE=1 or FORCE_COLOR=1 make it
@@ -65,7 +65,7 @@ def progress(label: str, total: int | None, unit: str = "sessions") -> Iterator[
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)

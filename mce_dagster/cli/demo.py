@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -23,12 +24,16 @@ def synth(
     path: Path,
     sessions: Annotated[int, typer.Option(min=0, help="Number of sessions.")] = 100,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
 ) -> None:
     """Write synthetic multi-agent sessions as an OpenTelemetry span export
     (seeded: the same seed writes the same file, byte for byte)."""
     from ..synthetic import write_export
 
     summary = write_export(path, sessions, seed)
+    if as_json:
+        print(json.dumps({"path": str(summary.path), "sessions": summary.sessions, "spans": summary.spans}))
+        return
     out.print(f"wrote {summary.sessions} sessions ({summary.spans} spans) to {summary.path}")
 
 

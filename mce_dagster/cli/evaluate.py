@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -10,7 +11,8 @@ import typer
 from rich.markup import escape
 
 from .. import service
-from ._output import Commands, err, out
+from . import _output
+from ._output import Commands, err, out, progress
 
 if TYPE_CHECKING:
     from ..runner import ComputeOutcome
@@ -30,6 +32,7 @@ def ingest(
         bool,
         typer.Option(help="Delete the sessions already in the graph that these files have rows of (with their metric results) and build them anew from these rows."),
     ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was ingested as JSON (rows not placed included).")] = False,
 ) -> None:
     """Read span exports into the knowledge graph. Two layouts are read, told apart
     by content: the ClickHouse OpenTelemetry exporter's (a JSON list of span rows,
@@ -39,8 +42,15 @@ def ingest(
     already in the graph are never merged into it: identical rows change nothing,
     other rows are reported (use --replace to rebuild the session from these files)."""
     started = time.perf_counter()
-    report = service.ingest(paths, batch_size=batch_size, replace=replace)
+    # The number of sessions is known only once the files are read: the bar counts up.
+    with progress("ingesting sessions", None) as advance:
+        report = service.ingest(paths, batch_size=batch_size, replace=replace, on_sessions=advance)
     elapsed = time.perf_counter() - started
+    if as_json:
+        print(json.dumps(_ingest_json(report, elapsed), indent=1))
+        if report.ingested == 0 or report.file_errors or (strict and report.problem_count):
+            raise typer.Exit(1)
+        return
     for problem in report.problems[:100]:
         err.print(f"[yellow]row not placed:[/yellow] {escape(str(problem))}", highlight=False)
     if report.problem_count > 100:
@@ -67,6 +77,23 @@ def ingest(
         raise typer.Exit(1)
 
 
+def _ingest_json(report, elapsed: float) -> dict:
+    return {
+        "sessions": report.sessions,
+        "spans": report.spans,
+        "files": report.files,
+        "unchanged": report.unchanged,
+        "replaced": report.replaced,
+        "rows_not_placed": report.problem_count,
+        "not_placed": [str(p) for p in report.problems],
+        "rows_placed_with_caveat": report.notice_count,
+        "file_errors": report.file_errors,
+        "file_notices": report.file_notices,
+        "nothing_ingested": report.nothing_ingested_reason() if report.ingested == 0 else None,
+        "seconds": round(elapsed, 3),
+    }
+
+
 @commands.command()
 def compute(
     session_ids: Annotated[Optional[list[str]], typer.Argument(help="Session ids.")] = None,
@@ -76,24 +103,48 @@ def compute(
         Optional[float],
         typer.Option(help="Ceiling on judge spend in USD; past it, the remaining judge calls are not made and those entities fail."),
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON (runs, failures, judge spend).")] = False,
 ) -> None:
     """Evaluate metrics on sessions through the Dagster definitions."""
     selected = service.parse_metric_list(metrics)
     ids = service.sessions_to_evaluate(session_ids or [], all_sessions)
-    outcome, elapsed = evaluate(ids, selected, budget)
+    outcome, elapsed = evaluate(ids, selected, budget, as_json=as_json)
+    if as_json:
+        print(json.dumps(_compute_json(outcome, elapsed), indent=1))
+        if not outcome.success or outcome.failed_entities:
+            raise typer.Exit(1)
+        return
     out.print(f"evaluated {outcome.sessions} session(s) in {len(outcome.runs)} Dagster run(s), {elapsed:.1f} s")
     report_failures(outcome)
     if outcome.failed_entities:
         raise typer.Exit(1)
 
 
-def evaluate(ids: list[str], metrics: list[str] | None = None, budget: float | None = None) -> tuple["ComputeOutcome", float]:
+def _compute_json(outcome: "ComputeOutcome", elapsed: float) -> dict:
+    return {
+        "sessions": outcome.sessions,
+        "runs": outcome.runs,
+        "failed_runs": outcome.failed_runs,
+        "failed_entities": outcome.failed_entities,
+        "skipped_judged": outcome.skipped_judged,
+        "skip_reason": outcome.skip_reason,
+        "judge_calls": outcome.judge_calls,
+        "judge_cost_usd": outcome.judge_cost,
+        "seconds": round(elapsed, 3),
+    }
+
+
+def evaluate(
+    ids: list[str], metrics: list[str] | None = None, budget: float | None = None, as_json: bool = False
+) -> tuple["ComputeOutcome", float]:
     started = time.perf_counter()
-    outcome = service.compute(ids, metrics, budget)
+    with progress("evaluating sessions", len(ids)) as advance:
+        # -v shows Dagster's own run log (info) on stderr.
+        outcome = service.compute(ids, metrics, budget, on_run=advance, quiet=_output.verbosity == 0)
     elapsed = time.perf_counter() - started
     if outcome.skipped_judged:
         err.print(f"[yellow]judged metrics skipped ({len(outcome.skipped_judged)}):[/yellow] {escape(outcome.skip_reason or '')}", highlight=False)
-    if outcome.judge_calls:
+    if outcome.judge_calls and not as_json:
         out.print(f"judge: {outcome.judge_calls} call(s), ${outcome.judge_cost:.6f}")
     return outcome, elapsed
 

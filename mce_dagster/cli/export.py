@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+import json
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,12 +10,9 @@ from typing import Annotated, Optional
 import typer
 
 from .. import service
-from ._output import Commands, err, out
+from ._output import Commands, err, out, progress
 
 commands = Commands()
-
-# Below this many sessions an export is quick enough to need no progress bar.
-PROGRESS_AFTER_SESSIONS = 10
 
 
 class TableFormat(StrEnum):
@@ -38,6 +34,7 @@ def export(
     since: Annotated[Optional[str], typer.Option(help="Only sessions that started at or after this ISO 8601 date or time (UTC unless it says otherwise).")] = None,
     until: Annotated[Optional[str], typer.Option(help="Only sessions that started before this ISO 8601 date or time.")] = None,
     batch_rows: Annotated[int, typer.Option(help="Results read per query and held in memory at once (whole sessions).", min=1)] = service.EXPORT_BATCH_ROWS,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
 ) -> None:
     """Write stored metric results to one file, one row per result, every scope
     unless --scope or --metric narrows it.
@@ -53,24 +50,13 @@ def export(
     such as an unknown metric or session.
     """
     selection = service.select_results(metric, scope, session, app, since, until)
-    with _progress(len(selection.sessions)) as advance:
+    with progress("exporting sessions", len(selection.sessions)) as advance:
         report = service.export_results(selection, output, table_format.value, batch_rows, on_batch=advance)
+    if as_json:
+        print(json.dumps({"path": str(report.path), "format": report.format, "rows": report.rows, "sessions": report.sessions}))
     if report.rows == 0:
         err.print(f"[yellow]no results match the filters:[/yellow] wrote {report.path} with the columns and no row")
         raise typer.Exit(1)
-    out.print(f"exported {report.rows} results of {report.sessions} session(s) to {report.path} ({report.format})")
+    if not as_json:
+        out.print(f"exported {report.rows} results of {report.sessions} session(s) to {report.path} ({report.format})")
 
-
-@contextlib.contextmanager
-def _progress(sessions: int) -> Iterator[Callable[[int], None] | None]:
-    """A progress bar over sessions on standard error, for more than a few, when
-    standard error is a terminal."""
-    if sessions <= PROGRESS_AFTER_SESSIONS or not err.is_terminal:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (TextColumn("exporting sessions"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err, transient=True) as progress:
-        task = progress.add_task("export", total=sessions)
-        yield lambda n: progress.advance(task, n)

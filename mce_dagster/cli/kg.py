@@ -28,7 +28,7 @@ def kg_metric_get(
         print(json.dumps(rows, indent=2, default=str))
         return
     if not rows:
-        err.print(f"[yellow]no results stored for session {session_id}[/yellow]")
+        err.print(f"[yellow]no results stored for session {session_id}[/yellow]: evaluate it first (mce compute {session_id})")
         raise typer.Exit(1)
     table = Table("scope", "entity", "metric", "value", "num/den", "note")
     for r in rows:
@@ -38,23 +38,36 @@ def kg_metric_get(
 
 
 @kg_app.command("status")
-def kg_status() -> None:
+def kg_status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Where the graph is and what it holds."""
     status = service.graph_status()
+    if as_json:
+        print(json.dumps({"where": status.where, "sessions": status.sessions, "results": status.results}, indent=1))
+        return
     out.print(status.where)
     out.print(f"sessions: {status.sessions}   metric results: {status.results}")
 
 
 @kg_app.command("stop")
-def kg_stop() -> None:
+def kg_stop(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Stop the embedded graph server (its data stays under MCE_HOME)."""
-    out.print("stopped" if service.stop_graph() else "not running")
+    stopped = service.stop_graph()
+    if as_json:
+        print(json.dumps({"stopped": stopped}))
+        return
+    out.print("stopped" if stopped else "not running")
 
 
 @kg_app.command("check")
-def kg_check() -> None:
+def kg_check(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Resolve every graph property the catalog's metrics read against the live graph."""
     report = service.check_graph()
+    if as_json:
+        fields = ("metrics", "checked", "missing", "unset", "empty_labels")
+        print(json.dumps({"ok": report.ok, **{f: getattr(report, f) for f in fields}}, indent=1))
+        if not report.ok:
+            raise typer.Exit(1)
+        return
     if report.empty_labels:
         out.print(f"[yellow]no nodes yet to check:[/yellow] {', '.join(report.empty_labels)}")
     for u in report.unset:

@@ -40,9 +40,15 @@ def _definition_json(d) -> dict:
 
 
 @metric_app.command("show")
-def metric_show(name: Annotated[str, typer.Argument(help="Name, or provider.Name.")]) -> None:
+def metric_show(
+    name: Annotated[str, typer.Argument(help="Name, or provider.Name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the definition as JSON.")] = False,
+) -> None:
     """Show one metric's definition."""
     d = service.catalog().find(name)
+    if as_json:
+        print(json.dumps(_definition_json(d), indent=2))
+        return
     out.print(f"[bold]{d.name}[/bold] ({d.provider}, {d.kind}, version {d.version})")
     out.print(f"scopes: {', '.join(s.value for s in d.scopes)}")
     out.print(f"unit: {d.unit}   range: {list(d.value_range)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,20 +17,33 @@ prices_app = Commands(help="The model price table (LiteLLM's model_prices_and_co
 def update(
     url: Annotated[Optional[str], typer.Option(help="Fetch from this URL (default: MODEL_PRICES_URL).")] = None,
     source: Annotated[Optional[Path], typer.Option("--from", help="Read a local copy instead of fetching.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Rewrite the committed, trimmed copy inside the package."""
     from ..prices import COMMITTED_PATH, update_committed
 
     count = update_committed(url=url, source=source)
+    if as_json:
+        print(json.dumps({"models": count, "path": str(COMMITTED_PATH)}))
+        return
     out.print(f"wrote {count} model prices to {COMMITTED_PATH}")
 
 
 @prices_app.command("show")
-def show(model: str) -> None:
+def show(model: str, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """The USD per token a model is priced at, and the entry that priced it."""
     from ..prices import load_price_table, price_source
 
     price = load_price_table().price(model)
+    if as_json:
+        print(json.dumps({
+            "model": model,
+            "input_per_token": price.input_per_token,
+            "output_per_token": price.output_per_token,
+            "priced_as": price.priced_as,
+            "table": str(price_source().source),
+        }, indent=1))
+        return
     note = f" (not in the table: priced as {price.priced_as})" if price.priced_as else ""
     out.print(
         f"{model}: input ${price.input_per_token:.3e}/token, output ${price.output_per_token:.3e}/token"

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from .. import service
-from ._output import Commands, err, fmt, out
+from ._output import Commands, err, fmt, out, progress
 
 commands = Commands()
 
@@ -26,7 +26,8 @@ def report(
     distribution, and roll-ups per app and per agent (ratios as sum over sum), as
     one HTML file with its images inline (open it offline, mail it). The same file
     the Dagster asset `evaluation_report` writes. Exit 1 when no session is evaluated."""
-    path, numbers = service.write_report(output)
+    with progress("reading sessions", None) as advance:
+        path, numbers = service.write_report(output, on_batch=advance)
     if as_json:
         print(json.dumps({"path": str(path), **numbers.as_json()}, indent=1))
     else:

@@ -7,11 +7,14 @@ connection and every process of a deployment reaches the same store.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from ..errors import ConfigurationError
 from ..settings import Settings
 from .store import GraphBackend, KnowledgeGraph
+
+log = logging.getLogger(__name__)
 
 _OPEN: dict[tuple[str, ...], KnowledgeGraph] = {}
 _LOCK = threading.Lock()
@@ -46,6 +49,8 @@ def open_graph(settings: Settings | None = None) -> KnowledgeGraph:
     with _LOCK:
         if key not in _OPEN:
             _OPEN[key] = KnowledgeGraph(_open_backend(settings))
+            if log.isEnabledFor(logging.INFO):
+                log.info("knowledge graph: %s", describe(settings))
         return _OPEN[key]
 
 
