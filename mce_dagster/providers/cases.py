@@ -7,6 +7,7 @@ text (`core.text`), which must be loaded.
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,17 +63,37 @@ def exchange(ctx: SessionContext) -> Exchange:
     return Exchange(request, answer)
 
 
+def _mapping(text: str) -> dict[str, Any] | None:
+    """A JSON object, or a Python dict literal (LangChain writes `str(dict)`)."""
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(text)
+        except (ValueError, SyntaxError, TypeError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
 def arguments_of(raw: str | None) -> dict[str, Any]:
-    """A tool call's arguments as a mapping (JSON objects as such, anything else under `input`)."""
+    """A tool call's arguments as a mapping. SDK wrappers are taken off: a call
+    recorded as `{"args": [...], "kwargs": {...}}` has the kwargs (and the positional
+    args, if any, under `args`); LangChain's `{"input_str": "{...}"}` has the dict
+    it holds. Anything that is not a mapping is kept under `input`."""
     if not raw:
         return {}
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError):
+    value = _mapping(raw)
+    if value is None:
         return {"input": raw}
-    if isinstance(value, dict):
-        return value
-    return {"input": value}
+    if set(value) <= {"args", "kwargs"} and isinstance(value.get("kwargs", {}), dict):
+        out = dict(value.get("kwargs") or {})
+        if value.get("args"):
+            out["args"] = value["args"]
+        return out
+    if isinstance(value.get("input_str"), str):
+        inner = _mapping(value["input_str"])
+        return inner if inner is not None else {"input": value["input_str"]}
+    return value
 
 
 def expected_call(entry: str) -> tuple[str, dict[str, Any]]:
