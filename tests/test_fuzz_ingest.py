@@ -284,8 +284,12 @@ def _check(kg, tmp: Path, calls) -> None:
                 holders.setdefault(r["id"], []).append((label, r["s"]))
         assert all(len(h) == 1 for h in holders.values()), {k: v for k, v in holders.items() if len(v) > 1}
 
-        # The sessions stored before this call: unchanged, unless it rebuilt them.
-        touched = {s for s, _ in rows.values()} if call["replace"] else set()
+        # The sessions stored before this call: unchanged, unless it rebuilt them or
+        # merged new rows into them.
+        touched = {s for s, _ in rows.values()} if call["replace"] else set(report.merged)
+        assert set(report.merged) <= set(kept) and set(report.merged) <= set(report.sessions)
+        if report.merged:
+            event("a stored session grew")
         for session, snapshot in kept.items():
             if session not in touched:
                 assert session_snapshot(kg, session) == snapshot, f"session {session!r} changed"

@@ -149,10 +149,10 @@ def test_reingesting_the_same_rows_is_idempotent_and_exits_0(kg, real_traces):
     assert session_snapshot(kg, sid) == before
 
 
-# -- 3. rows of a session already stored -------------------------------------------------------
+# -- 3. rows of a session already stored: merged, never changed -------------------------------------------------------
 
 
-def test_rows_of_a_stored_session_are_never_merged_and_replace_rebuilds_it(kg, tmp_path):
+def test_rows_of_a_stored_session_are_merged_a_changed_row_is_refused_and_replace_rebuilds_it(kg, tmp_path):
     part1 = [
         row("sp-wf", "app.workflow", session="split", duration_ns=2_000_000_000),
         row("sp-l1", "x.chat", parent="sp-wf", session="split", **{"llm.usage.total_tokens": "5"}),
@@ -170,22 +170,33 @@ def test_rows_of_a_stored_session_are_never_merged_and_replace_rebuilds_it(kg, t
     kg.write_results(metric, Scope.SESSION, [MetricResultNode(
         id=result_id("Probe", "native", "split", 1), name="Probe", provider="native", scope=Scope.SESSION,
         entityId="split", sessionId="split", result=1.0, metricVersion=1, computedAt=time.time())])
-    stored = session_snapshot(kg, "split")
-    duration = kg.read_contexts(["split"])["split"].session.props["duration"]
+    ingested_at = kg.stored_sessions(["split"])["split"]["ingestedAt"]
 
+    # Part 2 grows the session by sp-l2; its other version of sp-l1 is a conflict:
+    # reported, not placed, and the stored sp-l1 stays as it was.
     later = ingest_paths([b], kg)
-    assert later.ingested == 0 and later.problem_count == 2
+    assert later.sessions == later.merged == ["split"] and later.spans == 1 and later.placed == 1
+    assert later.problem_count == 1
     got = reasons(later)
-    assert "already stored and does not hold this span" in got[("part2.json", 0)]
-    assert "already stored and holds another version of this span" in got[("part2.json", 1)]
-    assert "--replace" in got[("part2.json", 0)]
-    assert session_snapshot(kg, "split") == stored  # not shrunk, not grown, not renamed
-    assert kg.read_contexts(["split"])["split"].session.props["duration"] == duration == 2000.0
-    assert len(kg.read_results(["split"])) == 1
+    assert "already holds span 'sp-l1' from another version of this row" in got[("part2.json", 1)]
+    assert "the stored span is kept" in got[("part2.json", 1)] and "--replace" in got[("part2.json", 1)]
+    context = kg.read_contexts(["split"])["split"]
+    assert sorted(c.id for c in context.calls(Label.LLM_CALL)) == ["sp-l1", "sp-l2"]
+    assert context.nodes["sp-l1"].props["name"] == "x.chat"
+    assert context.session.props["duration"] == 31_000.0
+    assert context.session.props["rowsNotPlaced"] == 1
+    assert kg.stored_sessions(["split"])["split"]["ingestedAt"] == ingested_at  # when it first arrived
+    assert len(kg.read_results(["split"])) == 1  # kept until the session is evaluated again
+    grown = session_snapshot(kg, "split")
 
-    # Part 1 again: all its rows are stored as they are, nothing changes.
+    # Either part again changes nothing: the same rows are idempotent, the refused
+    # row is reported again and still counted once.
     again = ingest_paths([a], kg)
-    assert again.unchanged == ["split"] and again.problem_count == 0
+    assert again.unchanged == ["split"] and again.problem_count == 0 and again.sessions == []
+    assert session_snapshot(kg, "split") == grown
+    again = ingest_paths([b], kg)
+    assert again.unchanged == ["split"] and again.problem_count == 1 and again.sessions == []
+    assert session_snapshot(kg, "split") == grown
 
     # --replace rebuilds it from the rows given (the later copy of sp-l1 wins) and drops its old results.
     rebuilt = ingest_paths([a, b], kg, replace=True)

@@ -41,8 +41,12 @@ class SessionGraph:
     # tell the same rows from new ones; and of the whole session.
     digests: dict[str, str] = field(default_factory=dict)
     digest: str | None = None
-    # Rows of this session the ingest call could not place (kept on the Session).
+    # Each span as parsed (ingest.spans.span_record), kept on its node.
+    records: dict[str, str] = field(default_factory=dict)
+    # Rows of this session that could not be placed (kept on the Session): their
+    # count, and a key for each (its digest), so that sending one again counts once.
     rows_not_placed: int = 0
+    refused: set[str] = field(default_factory=set)
 
     def node_count(self) -> int:
         return sum(len(v) for v in self.nodes.values())

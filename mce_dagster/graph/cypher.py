@@ -51,6 +51,11 @@ def index_statements(dialect: str = "falkordb") -> list[str]:
 # Bookkeeping on ingested nodes: the digest of the row a span came from (and of
 # all of a session's rows, on its Session), so a later ingest tells same from new.
 INGEST_DIGEST = "ingestDigest"
+# On each span node, the span as parsed (see ingest.spans.span_record), so that
+# rows of its session arriving in a later call are mapped together with it; on the
+# Session, the keys of the rows of it that were not placed.
+INGEST_SPAN = "ingestSpan"
+INGEST_REFUSED = "ingestRefused"
 _SESSION_OWNED = (*CALL_LABELS, Label.SPAN)
 _STATE_RELS = f"{Rel.HAS_INITIAL_STATE}|{Rel.HAS_FINAL_STATE}"
 _EXECUTES = {Label.AGENT: Rel.EXECUTES_AGENT, Label.TOOL: Rel.EXECUTES_TOOL, Label.LLM: Rel.EXECUTES_LLM}
@@ -98,7 +103,13 @@ def write_sessions(
     merged on (id, sessionId): a node is never shared with another session, even
     by two writers racing. Parameters: `$now`, `$sessions` and the `*_param`
     names of the sections given; sections run one after the other, each on the
-    single row `WITH count(*)` leaves, so an empty one does not stop the rest."""
+    single row `WITH count(*)` leaves, so an empty one does not stop the rest.
+
+    `$grown`: sessions the graph held, rewritten whole with more rows. Their nodes
+    are removed and made anew, which drops the `measures` links of their results:
+    each result is linked again to the call of its id and scope, and a result
+    whose call the session no longer has (a MASCall that became a step of the
+    call that arrived, a MASCall made while the real one was missing) is removed."""
     parts = _delete_parts("clear")
     for label in node_labels:
         parts.append(f"UNWIND ${nodes_param(label)} AS r MERGE (n:{label} {{id: r.id, sessionId: r.sessionId}}) SET n += r")
@@ -121,6 +132,15 @@ def write_sessions(
             f"UNWIND ${links_param(source, rel, target)} AS r MATCH {source_match} "
             f"MATCH (b:{target} {{id: r.t, sessionId: r.sid}}) MERGE (a)-[:{rel}]->(b)"
         )
+    for label in CALL_LABELS:
+        parts.append(
+            f"UNWIND $grown AS sid MATCH (x:{Label.METRIC_RESULT} {{sessionId: sid}}) "
+            f"MATCH (e:{label} {{id: x.entityId, sessionId: sid}}) WHERE x.scope IN labels(e) MERGE (x)-[:{Rel.MEASURES}]->(e)"
+        )
+    parts.append(
+        f"UNWIND $grown AS sid MATCH (x:{Label.METRIC_RESULT} {{sessionId: sid}}) "
+        f"WHERE x.entityId <> sid AND NOT (x)-[:{Rel.MEASURES}]->() DETACH DELETE x"
+    )
     return " WITH count(*) AS _ ".join(parts) + " RETURN count(*) AS written"
 
 
@@ -161,8 +181,20 @@ def stored_span_digests() -> str:
 
 STORED_SESSIONS = (
     f"MATCH (s:{Label.SESSION}) WHERE s.id IN $ids "
-    f"RETURN s.id AS id, s.ingestedAt AS ingestedAt, s.{INGEST_DIGEST} AS digest"
+    f"RETURN s.id AS id, s.ingestedAt AS ingestedAt, s.{INGEST_DIGEST} AS digest, s.{INGEST_REFUSED} AS refused"
 )
+
+
+def stored_spans() -> str:
+    """Every span node of the given sessions, with its properties and the contents
+    of its input and output states. Columns: session, props, input, output."""
+    return " UNION ALL ".join(
+        f"MATCH (n:{label}) WHERE n.sessionId IN $ids "
+        f"OPTIONAL MATCH (n)-[:{Rel.HAS_INITIAL_STATE}]->(i:{Label.STATE}) "
+        f"OPTIONAL MATCH (n)-[:{Rel.HAS_FINAL_STATE}]->(o:{Label.STATE}) "
+        "RETURN n.sessionId AS session, properties(n) AS props, i.content AS input, o.content AS output"
+        for label in _SESSION_OWNED
+    )
 
 
 def read_contexts() -> str:

@@ -104,8 +104,9 @@ def _result_props(stored: Mapping[str, Any]) -> dict[str, Any]:
     return props
 
 
-def _session_statement(sessions: Sequence[SessionGraph]) -> tuple[str, dict[str, Any]]:
-    """The one statement that writes these sessions (see cypher.write_sessions)."""
+def _session_statement(sessions: Sequence[SessionGraph], grown: Iterable[str] = ()) -> tuple[str, dict[str, Any]]:
+    """The one statement that writes these sessions (see cypher.write_sessions);
+    `grown`: those of them the graph held, rewritten with more rows."""
     nodes: dict[Label, list[dict[str, Any]]] = defaultdict(list)
     session_rows: list[dict[str, Any]] = []
     links: dict[tuple[Label, Any, Label], list[dict[str, str]]] = defaultdict(list)
@@ -121,11 +122,13 @@ def _session_statement(sessions: Sequence[SessionGraph]) -> tuple[str, dict[str,
                 row = dict(props)
                 if label is Label.SESSION:
                     row[cypher.INGEST_DIGEST] = graph.digest
-                    if graph.rows_not_placed:  # absent when every row was placed
-                        row[ROWS_NOT_PLACED] = graph.rows_not_placed
+                    # Null when every row was placed, so that a rewrite removes an older count.
+                    row[ROWS_NOT_PLACED] = graph.rows_not_placed or None
+                    row[cypher.INGEST_REFUSED] = sorted(graph.refused) or None
                     session_rows.append(row)
                 else:
                     row[cypher.INGEST_DIGEST] = graph.digests.get(props["id"])
+                    row[cypher.INGEST_SPAN] = graph.records.get(props["id"])
                     nodes[label].append(row)
         for link in graph.links:
             links[(link.source_label, link.rel, link.target_label)].append({"s": link.source_id, "t": link.target_id, "sid": sid})
@@ -140,6 +143,7 @@ def _session_statement(sessions: Sequence[SessionGraph]) -> tuple[str, dict[str,
 
     params: dict[str, Any] = {
         "clear": [g.session_id for g in sessions],
+        "grown": sorted(set(grown) & {g.session_id for g in sessions}),
         # Milliseconds: FalkorDB answers doubles rounded to 15 digits, and the poll
         # sensor's keyset cursor compares ingestedAt for equality with what it read.
         "now": round(time.time(), 3),
@@ -178,16 +182,18 @@ class KnowledgeGraph:
 
     # -- ingestion ---------------------------------------------------------
 
-    def write_sessions(self, sessions: Sequence[SessionGraph]) -> dict[str, str]:
-        """Write ingested sessions that the graph does not hold, each all or
-        nothing: the batch goes as one statement, and if that fails, each session
-        alone, so one bad session never costs the others. Returns the sessions
-        that could not be written, with the reason; nothing of those is left in
-        the graph."""
+    def write_sessions(self, sessions: Sequence[SessionGraph], grown: Iterable[str] = ()) -> dict[str, str]:
+        """Write ingested sessions, each all or nothing: the batch goes as one
+        statement, and if that fails, each session alone, so one bad session never
+        costs the others. `grown`: sessions of the batch the graph holds, which
+        are rewritten whole with their results kept (see cypher.write_sessions).
+        Returns the sessions that could not be written, with the reason; a new
+        one leaves nothing in the graph, a grown one stays as it was."""
         if not sessions:
             return {}
+        grown = set(grown)
         try:
-            self.backend.write([_session_statement(sessions)])
+            self.backend.write([_session_statement(sessions, grown)])
             return {}
         except Exception as exc:  # any failure of the batch: retried session by session
             if len(sessions) == 1:
@@ -197,7 +203,7 @@ class KnowledgeGraph:
         failed = {}
         for graph in sessions:
             try:
-                self.backend.write([_session_statement([graph])])
+                self.backend.write([_session_statement([graph], grown)])
             except Exception as exc:
                 log.warning("session %s not written: %s", graph.session_id, exc)
                 failed[graph.session_id] = _reason(exc)
@@ -221,7 +227,28 @@ class KnowledgeGraph:
         if not session_ids:
             return {}
         rows = self.backend.query(cypher.STORED_SESSIONS, {"ids": list(session_ids)})
-        return {r["id"]: {"ingestedAt": r["ingestedAt"], "digest": r["digest"]} for r in rows}
+        return {r["id"]: {"ingestedAt": r["ingestedAt"], "digest": r["digest"], "refused": list(r["refused"] or ())} for r in rows}
+
+    def stored_spans(self, session_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """session -> its span nodes, each with its `id`, the `digest` of its row
+        and the `record` of its parsed span (None on the MASCall made for a
+        session, and on nodes written before records were kept), `props` (every
+        property) and the contents of its `input` and `output` states."""
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        if session_ids:
+            for row in self.backend.query(cypher.stored_spans(), {"ids": list(session_ids)}):
+                props = row["props"]
+                out[row["session"]].append(
+                    {
+                        "id": props["id"],
+                        "digest": props.get(cypher.INGEST_DIGEST),
+                        "record": props.get(cypher.INGEST_SPAN),
+                        "props": props,
+                        "input": row["input"],
+                        "output": row["output"],
+                    }
+                )
+        return out
 
     def stored_span_digests(self, session_ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
         """session -> span id -> digest of the row it was ingested from."""

@@ -15,10 +15,18 @@ silently, and one bad row never fails another):
   and none of the rows other files hold of the sessions it had begun;
 - a span id belongs to one session: a row whose SpanId another session already
   holds (in the graph, or in an earlier row of the call) is not placed;
-- rows are never merged into a session already stored: rows it already holds
-  (same content) change nothing, other rows are not placed; with `replace`, the
-  stored sessions the files have rows of are deleted (metric results included)
-  and built anew from those rows;
+- a session may arrive over several calls: rows of a session already stored are
+  merged with it. The stored spans are read back and the whole session is
+  mapped anew with the new rows, so the graph is the one a single call with all
+  the rows gives, whatever the order (a child placed under the first MASCall
+  until its parent arrives is then placed under it). Rows it already holds (same
+  content) change nothing; a row whose SpanId it holds with other content is a
+  conflict, not placed (the stored span is kept). The session's metric results
+  are kept, linked to the calls anew; those of a call the session no longer has
+  are removed. With `replace`, the stored sessions the files have rows of are
+  deleted (metric results included) and built anew from those rows only;
+- the rows of a session that are not placed are counted on its Session
+  (`rowsNotPlaced`) over every call that built it, each row once;
 - a parent cycle is broken (see `mapping`), with a notice per span on it;
 - each session is written all or nothing (see `KnowledgeGraph.write_sessions`);
   a session that fails to write is reported row by row and leaves nothing.
@@ -42,7 +50,7 @@ from pydantic import ValidationError
 from ..core.session_graph import SessionGraph
 from .mapping import build_session_graph, synthetic_mas_id
 from .reader import ExportFormatError, iter_rows
-from .spans import ParsedSpan, RowError, parse_row, row_digest, row_text, session_of
+from .spans import ParsedSpan, RowError, parse_row, row_digest, row_text, session_of, span_from_record, span_record
 from .stage import Stage, StagedRow
 
 if TYPE_CHECKING:
@@ -73,6 +81,7 @@ class IngestReport:
     files: int = 0
     rows: int = 0  # rows read, those of files that broke off included
     sessions: list[str] = field(default_factory=list)  # written by this call
+    merged: list[str] = field(default_factory=list)  # of those, stored sessions that grew by new rows
     replaced: list[str] = field(default_factory=list)  # stored sessions deleted to be built anew
     unchanged: list[str] = field(default_factory=list)  # already stored with these same rows
     spans: int = 0  # span nodes written by this call
@@ -119,17 +128,18 @@ def _stage_file(stage: Stage, path: Path, report: IngestReport) -> None:
             report.rows += 1
             span_id = raw.span_id
             if raw.problem is not None:
-                stage.add_problem(file, raw.index, span_id, raw.problem, session=_session_or_none(raw))
+                stage.add_problem(file, raw.index, span_id, raw.problem, session=_session_or_none(raw), digest=_digest_or_none(raw))
                 continue
             try:
                 text = row_text(raw.row)
                 span = parse_row(raw.row, raw.session_hint, text)
             except RowError as exc:
-                stage.add_problem(file, raw.index, span_id, str(exc), session=_session_or_none(raw))
+                stage.add_problem(file, raw.index, span_id, str(exc), session=_session_or_none(raw), digest=row_digest(text))
                 continue
             except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
                 stage.add_problem(
-                    file, raw.index, span_id, f"row cannot be read: {type(exc).__name__}: {exc}", session=_session_or_none(raw)
+                    file, raw.index, span_id, f"row cannot be read: {type(exc).__name__}: {exc}",
+                    session=_session_or_none(raw), digest=_digest_or_none(raw),
                 )
                 continue
             stage.add_row(file, raw.index, span, row_digest(text))
@@ -160,6 +170,16 @@ def _stage_file(stage: Stage, path: Path, report: IngestReport) -> None:
         report.file_notices.append(f"{stage.paths[file]}: {'; '.join(kept)}")
 
 
+def _digest_or_none(raw) -> str | None:
+    """The digest of a row that cannot be placed, when it is one JSON can write."""
+    if raw.row is None:
+        return None
+    try:
+        return row_digest(row_text(raw.row))
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
 def _session_or_none(raw) -> str | None:
     """The session a row that cannot be placed names, when it names one."""
     if not isinstance(raw.row, dict):
@@ -186,7 +206,7 @@ class _Batch:
 
     def problem(self, row: StagedRow, reason: str) -> None:
         for r in (row, *self.twins.get((row.session, row.span_id), ())):
-            self.stage.add_problem(r.file, r.index, r.span_id, reason, session=r.session)
+            self.stage.add_problem(r.file, r.index, r.span_id, reason, session=r.session, digest=r.digest)
 
     def notice(self, row: StagedRow, reason: str) -> None:
         self.stage.add_problem(row.file, row.index, row.span_id, reason, placed=True)
@@ -211,17 +231,18 @@ class _Batch:
                                 r.file, r.index, r.span_id,
                                 f"SpanId {row.span_id!r} appears again later in the session "
                                 f"(row {row.index} of {self.stage.paths[row.file]}) with other content; the later row is kept",
-                                session=r.session,
+                                session=r.session, digest=r.digest,
                             )
                 kept[row.span_id] = row
             winners[session_id] = kept
 
         owners = self.kg.span_owners([span for kept in winners.values() for span in kept])
         stored = self.kg.stored_sessions(list(winners))
-        stored_digests = self.kg.stored_span_digests(list(stored))
+        stored_nodes = self.kg.stored_spans(list(stored))
 
-        graphs: list[SessionGraph] = []
-        rows_of: dict[str, list[StagedRow]] = {}
+        # First every refusal of the batch (span ids other sessions hold, conflicts
+        # with stored spans), so that the rows not placed are known before writing.
+        plans: list[_Plan] = []
         for session_id, kept in winners.items():
             free: dict[str, StagedRow] = {}
             for span_id, row in kept.items():
@@ -235,78 +256,130 @@ class _Batch:
                 else:
                     free[span_id] = row
             if session_id in stored:
-                self._against_stored(session_id, free, stored_digests.get(session_id, {}))
+                plan = self._against_stored(session_id, free, stored[session_id], stored_nodes.get(session_id, []))
+            else:
+                plan = _Plan(session_id, spans={i: r.span() for i, r in free.items()}, digests={i: r.digest for i, r in free.items()}, new=list(free.values()))
+            if plan is not None:
+                plans.append(plan)
+
+        unplaced = self.stage.unplaced_keys([plan.session_id for plan in plans])
+        graphs: list[SessionGraph] = []
+        plan_of: dict[str, _Plan] = {}
+        for plan in plans:
+            sid = plan.session_id
+            refused = (plan.refused | unplaced.get(sid, set())) - set(plan.digests.values())
+            if plan.stored and not plan.new and refused == plan.refused:
+                if plan.same:
+                    self.report.unchanged.append(sid)
                 continue
-            if not free:
+            if not plan.spans:
                 continue
-            graph = self._build(session_id, free)
+            graph = self._build(sid, plan.spans, plan.new)
             if graph is None:
                 continue
+            graph.digests = dict(plan.digests)
+            graph.digest = _session_digest(graph.digests)
+            graph.refused = refused
+            graph.rows_not_placed = len(refused)
             graphs.append(graph)
-            rows_of[session_id] = list(free.values())
+            plan_of[sid] = plan
 
-        unplaced = self.stage.unplaced_counts([g.session_id for g in graphs])
-        for graph in graphs:
-            graph.rows_not_placed = unplaced.get(graph.session_id, 0)
-        failed = self.kg.write_sessions(graphs) if graphs else {}
+        grown = {sid for sid, plan in plan_of.items() if plan.stored}
+        failed = self.kg.write_sessions(graphs, grown=grown) if graphs else {}
         for graph in graphs:
             sid = graph.session_id
+            new = plan_of[sid].new
             if sid in failed:
-                for row in rows_of[sid]:
-                    self.problem(row, f"session {sid!r} could not be written, so nothing of it is stored: {failed[sid]}")
+                kept_as_is = ", which stays as it was" if sid in grown else ""
+                for row in new:
+                    self.problem(row, f"session {sid!r} could not be written, so nothing of these rows is stored{kept_as_is}: {failed[sid]}")
                 continue
             self.report.sessions.append(sid)
-            self.report.spans += len(rows_of[sid])
-            self.placed(rows_of[sid])
+            if sid in grown:
+                self.report.merged.append(sid)
+            self.report.spans += len(new)
+            self.placed(new)
             self.report.counts.update(graph.counts)
-            by_span = {r.span_id: r for r in rows_of[sid]}
+            by_span = {r.span_id: r for r in new}
             for span_id, note in graph.notes:
                 if span_id in by_span:
                     self.notice(by_span[span_id], note)
 
-    def _against_stored(self, session_id: str, rows: dict[str, StagedRow], digests: dict[str, str | None]) -> None:
-        """Rows of a session the graph already holds: never merged into it."""
+    def _against_stored(
+        self, session_id: str, rows: dict[str, StagedRow], stored: dict, nodes: list[dict]
+    ) -> "_Plan | None":
+        """Rows of a session the graph already holds, against its stored spans: the
+        same rows are placed as they are, rows of span ids it holds with other
+        content are refused, the rest are new. None when the session cannot be
+        merged (written before span records were kept)."""
+        digests = {n["id"]: n["digest"] for n in nodes if n["digest"] is not None}
         same = [r for span_id, r in rows.items() if digests.get(span_id) == r.digest]
-        new = [r for span_id, r in rows.items() if digests.get(span_id) != r.digest]
         self.placed(same)
-        if not new:
-            if rows:
-                self.report.unchanged.append(session_id)
-            return
-        self.report.counts["rows_of_stored_sessions"] += len(new)
-        for row in new:
-            what = "holds another version of this span" if row.span_id in digests else "does not hold this span"
+        conflicts = [r for span_id, r in rows.items() if span_id in digests and digests[span_id] != r.digest]
+        for row in conflicts:
             self.problem(
                 row,
-                f"session {session_id!r} is already stored and {what}: rows are never merged into a stored "
-                "session (it stays as it is); ingest all of its rows again with --replace to rebuild it",
+                f"session {session_id!r} already holds span {row.span_id!r} from another version of this row "
+                "(ingested by an earlier call); the stored span is kept and this row is not ingested: "
+                "ingest all of the session's rows with --replace to take this version",
             )
+        new = [r for span_id, r in rows.items() if span_id not in digests]
+        if any(n["digest"] is not None and n["record"] is None for n in nodes):
+            for row in new:
+                self.problem(
+                    row,
+                    f"session {session_id!r} was stored by an older mce ingest that kept no record of its spans, "
+                    "so rows cannot be merged into it: ingest all of its rows with --replace to rebuild it",
+                )
+            if same and not new and not conflicts:
+                self.report.unchanged.append(session_id)
+            return None
+        spans = {
+            n["id"]: span_from_record(n["record"], n["props"], n["input"], n["output"]) for n in nodes if n["record"] is not None
+        }
+        spans.update((r.span_id, r.span()) for r in new)
+        digests.update((r.span_id, r.digest) for r in new)
+        return _Plan(session_id, spans=spans, digests=digests, new=new, same=same, stored=True, refused=set(stored.get("refused") or ()))
 
-    def _build(self, session_id: str, rows: dict[str, StagedRow]) -> SessionGraph | None:
-        spans: list[ParsedSpan] = [r.span() for r in rows.values()]
+    def _build(self, session_id: str, spans: dict[str, ParsedSpan], rows: list[StagedRow]) -> SessionGraph | None:
+        """The session's graph from all its spans; a failure is reported on `rows`,
+        the rows of this call."""
         try:
             attempt = 0
             while True:  # the id of a MASCall made for the session must be nobody's span id
                 mas_id = synthetic_mas_id(session_id, attempt)
-                if mas_id in rows:
+                if mas_id in spans:
                     attempt += 1
                     continue
-                graph = build_session_graph(session_id, spans, mas_id=mas_id)
+                graph = build_session_graph(session_id, list(spans.values()), mas_id=mas_id)
                 if not graph.counts["synthetic_mas_calls"] or not self._taken(mas_id, session_id) or attempt > 100:
                     break
                 attempt += 1
         except (ValidationError, ValueError) as exc:
-            for row in rows.values():
+            for row in rows:
                 self.problem(row, f"session {session_id!r} cannot be mapped onto the ontology: {exc}")
             return None
-        graph.digests = {span_id: r.digest for span_id, r in rows.items()}
-        graph.digest = _session_digest(graph.digests)
+        graph.records = {span_id: span_record(span) for span_id, span in spans.items()}
         return graph
 
     def _taken(self, node_id: str, session_id: str) -> bool:
         return self.stage.claimed_by_other(node_id, session_id) or bool(
             self.kg.span_owners([node_id]).get(node_id, set()) - {session_id}
         )
+
+
+@dataclass
+class _Plan:
+    """What a batch writes of one session: all its spans (stored ones included)
+    with their row digests, and the rows of this call that add to it."""
+
+    session_id: str
+    spans: dict[str, ParsedSpan]
+    digests: dict[str, str]
+    new: list[StagedRow]
+    same: list[StagedRow] = field(default_factory=list)
+    stored: bool = False
+    refused: set[str] = field(default_factory=set)  # keys of its rows not placed by earlier calls
 
 
 # -- the whole call -------------------------------------------------------------------

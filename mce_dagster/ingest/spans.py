@@ -422,3 +422,36 @@ LABEL_OF_KIND: dict[str, Label] = {
     "llm": Label.LLM_CALL,
     "tool": Label.TOOL_CALL,
 }
+
+
+# -- a parsed span kept in the graph, so a later call can map the session anew ----------
+
+# Large texts a span node or its states already hold: not repeated in its record.
+_TEXT_PROPS = ("toolArguments", "inputMessages", "outputMessages")
+
+
+def span_record(span: ParsedSpan) -> str:
+    """The span as JSON text, without the texts its node and states hold (see
+    `span_from_record`): what `mce ingest` keeps on each span node, so that rows
+    of the session arriving later are mapped together with it."""
+    record = {k: v for k, v in span.__dict__.items() if k not in ("input_text", "output_text", "props")}
+    record["props"] = {k: v for k, v in span.props.items() if k not in _TEXT_PROPS}
+    return json.dumps(record, ensure_ascii=False, sort_keys=True)
+
+
+def span_from_record(record: str, node: Mapping[str, Any], input_text: str | None, output_text: str | None) -> ParsedSpan:
+    """The span `span_record` wrote, its texts taken back from its node's
+    properties and its input and output states."""
+    data = json.loads(record)
+    props = data.pop("props")
+    for key in _TEXT_PROPS:
+        if key in _PROPS_OF_KIND.get(data["kind"], ()):
+            props[key] = node.get(key)
+    return ParsedSpan(**data, props=props, input_text=input_text, output_text=output_text)
+
+
+# The text properties each kind puts on its node.
+_PROPS_OF_KIND: dict[str | None, tuple[str, ...]] = {
+    "tool": ("toolArguments",),
+    "llm": ("inputMessages", "outputMessages"),
+}

@@ -24,7 +24,8 @@ CREATE TABLE rows (
 );
 -- Rows that are not placed (placed = 0), or placed with a caveat (placed = 1).
 CREATE TABLE problems (
-    file INTEGER NOT NULL, idx INTEGER NOT NULL, span TEXT, reason TEXT NOT NULL, placed INTEGER NOT NULL, session TEXT
+    file INTEGER NOT NULL, idx INTEGER NOT NULL, span TEXT, reason TEXT NOT NULL, placed INTEGER NOT NULL, session TEXT,
+    digest TEXT  -- of the row, when it could be read as JSON
 );
 CREATE TABLE broken (session TEXT PRIMARY KEY, file INTEGER NOT NULL);
 """
@@ -91,11 +92,18 @@ class Stage:
         self._tick()
 
     def add_problem(
-        self, file: int, index: int, span_id: str | None, reason: str, placed: bool = False, session: str | None = None
+        self,
+        file: int,
+        index: int,
+        span_id: str | None,
+        reason: str,
+        placed: bool = False,
+        session: str | None = None,
+        digest: str | None = None,
     ) -> None:
         self.db.execute(
-            "INSERT INTO problems (file, idx, span, reason, placed, session) VALUES (?, ?, ?, ?, ?, ?)",
-            (file, index, None if span_id is None else _text(span_id), _text(reason), int(placed), session),
+            "INSERT INTO problems (file, idx, span, reason, placed, session, digest) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (file, index, None if span_id is None else _text(span_id), _text(reason), int(placed), session, digest),
         )
         self._tick()
 
@@ -197,17 +205,23 @@ class Stage:
             out[session].append(StagedRow(seq, file, idx, session, span, digest, data))
         return list(out.items())
 
-    def unplaced_counts(self, sessions: list[str]) -> dict[str, int]:
-        """Rows of these sessions that are not placed (so far), by session: what
-        the graph keeps on each Session, since its span nodes cannot show it."""
+    def unplaced_keys(self, sessions: list[str]) -> dict[str, set[str]]:
+        """The rows of these sessions that are not placed (so far), by session, each
+        as a key: the row's digest, or its file and index when it is not JSON one
+        can digest. What the graph keeps on each Session, since its span nodes
+        cannot show it; the same row sent twice is one key."""
         if not sessions:
             return {}
         marks = ",".join("?" * len(sessions))
         query = (
-            f"SELECT session, count(*) FROM (SELECT session FROM problems WHERE placed = 0 AND session IN ({marks}) "
-            f"UNION ALL SELECT session FROM rows WHERE problem IS NOT NULL AND session IN ({marks})) GROUP BY session"
+            f"SELECT p.session, coalesce(p.digest, f.path || '#' || p.idx) FROM problems p JOIN files f ON f.no = p.file "
+            f"WHERE p.placed = 0 AND p.session IN ({marks}) "
+            f"UNION SELECT session, digest FROM rows WHERE problem IS NOT NULL AND session IN ({marks})"
         )
-        return dict(self.db.execute(query, [*sessions, *sessions]).fetchall())
+        out: dict[str, set[str]] = {}
+        for session, key in self.db.execute(query, [*sessions, *sessions]):
+            out.setdefault(session, set()).add(key)
+        return out
 
     # -- what the report lists ------------------------------------------------
 
