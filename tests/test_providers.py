@@ -407,3 +407,17 @@ def test_calls_outside_an_evaluation_are_not_touched(server):
         )
     assert reply.choices[0].message.content.endswith("Score: 4")
     assert gateway.stats.calls == 0 and litellm.completion.__module__ != "mce_dagster.providers.gateway"
+
+
+def test_topics_and_expected_tools_are_read_from_mce_config(tmp_path, monkeypatch):
+    from mce_dagster.defs.judging import provider_options
+
+    path = tmp_path / "mce_config.yaml"
+    path.write_text(
+        "metrics:\n  Session: [Duration]\nproviders:\n  topics:\n    travel-planner: [flights, hotels]\n"
+        "  expected_tools:\n    default: ['search {\"query\": \"x\"}']\n"
+    )
+    monkeypatch.setenv("MCE_CONFIG", str(path))
+    options = provider_options()
+    assert options.topics == {"travel-planner": ("flights", "hotels")}
+    assert session_cases.expected_call(options.expected_tools["default"][0]) == ("search", {"query": "x"})

@@ -4,6 +4,7 @@ the provider gateway)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import instructor
@@ -37,6 +38,17 @@ def messages(conversation: session_cases.Conversation) -> list:
 
 
 async def score(name: str, case: Any, gateway) -> Scored:
+    # Ragas warns about what it left out (a length mismatch of the tool calls): kept in the metadata.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scored = await _score(name, case, gateway)
+    notes = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning) and w.filename.find("ragas") >= 0})
+    if notes:
+        scored = Scored(scored.score, scored.reason, scored.threshold, scored.success, {**scored.metadata, "library_warnings": notes})
+    return scored
+
+
+async def _score(name: str, case: Any, gateway) -> Scored:
     if name == "ToolCallAccuracy":
         conversation, expected = case
         # Ragas's comparison of the calls made against the expected sequence; no model call.
