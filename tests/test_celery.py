@@ -75,6 +75,10 @@ def deployment(mce_home, broker):
     write_local_config(home)
     saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", "DAGSTER_EVENT_BATCH_SIZE", "RABBITMQ_URL")}
     os.environ.update(DAGSTER_HOME=str(home), DAGSTER_EVENT_BATCH_SIZE="1000", RABBITMQ_URL=broker)
+    # The instance's databases exist before the workers start: two workers that open a
+    # new SQLite instance at the same moment both stamp its schema version, and every
+    # later open fails ("more than one head").
+    dg.DagsterInstance.get().dispose()
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     workers, logs = [], []
     try:
@@ -137,9 +141,16 @@ def _results(kg, ids) -> dict[tuple, dict]:
 def test_celery_workers_evaluate_a_batch_as_the_in_process_run_does(deployment, kg, sessions):
     from dagster._core.definitions.reconstruct import ReconstructableRepository
 
+    from mce_dagster.core.ontology import Scope
     from mce_dagster.definitions import defs as in_process_defs
+    from mce_dagster.definitions import runtime, sensor_metrics
+    from mce_dagster.defs.assets import SESSION_CONTEXT_KEY, asset_key
     from mce_dagster.defs.jobs import EVALUATE_JOB
 
+    # The default metric set as `mce compute` and the sensors run it: without a judge
+    # model, judged metrics (and what reads them) are left out.
+    _, config = runtime()
+    selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config) if m.scope is not Scope.POPULATION)]
     instance = dg.DagsterInstance.get()
     instance.add_dynamic_partitions("sessions", sessions)
     tags = {RANGE_START: sessions[0], RANGE_END: sessions[-1]}
@@ -150,7 +161,7 @@ def test_celery_workers_evaluate_a_batch_as_the_in_process_run_does(deployment, 
     with warnings.catch_warnings():
         # dagster-celery registers its task again for every step it submits (celery 5.7 warns).
         warnings.filterwarnings("ignore", message="Task name 'execute_plan' is already registered")
-        with dg.execute_job(job, instance, tags=tags, run_config=QUIET_RUN_CONFIG) as result:
+        with dg.execute_job(job, instance, tags=tags, run_config=QUIET_RUN_CONFIG, asset_selection=selection) as result:
             assert result.success, [e.message for e in result.all_events if e.is_failure]
             celery_run = result.run_id
     celery_s = time.monotonic() - started
@@ -161,8 +172,7 @@ def test_celery_workers_evaluate_a_batch_as_the_in_process_run_does(deployment, 
         for e in instance.all_logs(celery_run, of_type=dg.DagsterEventType.ENGINE_EVENT)
         if e.dagster_event.engine_event_data and "Celery worker" in e.dagster_event.engine_event_data.metadata
     }
-    plan = in_process_defs.resolve_job_def(EVALUATE_JOB)
-    assert set(steps) == {node.name for node in plan.graph.nodes}
+    assert set(steps) == {key.to_python_identifier() for key in selection}
     assert {host.split("@")[0] for host in steps.values()} == set(WORKERS)
 
     # One materialization per (asset, session), recorded on the shared instance.
@@ -177,7 +187,8 @@ def test_celery_workers_evaluate_a_batch_as_the_in_process_run_does(deployment, 
     kg.backend.query(cypher.DELETE_SESSION_RESULTS, {"ids": sessions})
     assert kg.read_results(sessions) == []
     started = time.monotonic()
-    local = plan.execute_in_process(instance=instance, tags=tags, run_config=QUIET_RUN_CONFIG)
+    plan = in_process_defs.resolve_job_def(EVALUATE_JOB)
+    local = plan.execute_in_process(instance=instance, tags=tags, run_config=QUIET_RUN_CONFIG, asset_selection=selection)
     in_process_s = time.monotonic() - started
     assert local.success
 
