@@ -79,6 +79,22 @@ bench-scale: install
 	    $(VENV)/bin/python bench/scale.py --sessions $$n --backend $$backend --storage $$storage $(SCALE_ARGS) || exit 1; \
 	  done; done; done
 
+# A Celery worker for the code location mce_dagster.definitions_celery (deploy/README.md):
+# it takes steps from the broker of RABBITMQ_URL and runs them on the instance and the
+# graph the run names (the local ones of $DAGSTER_HOME and $MCE_HOME here). One per
+# core or machine, each with its own name:
+#   make celery-worker CELERY_WORKER=worker-2
+CELERY_WORKER ?= mce-worker
+.PHONY: celery-worker
+celery-worker: install
+	@test -n "$$RABBITMQ_URL" || { echo 'celery-worker: RABBITMQ_URL is not set (eval "$$(make -s services)")' >&2; exit 1; }
+	@export MCE_HOME="$${MCE_HOME:-$(CURDIR)/.mce}"; \
+	export DAGSTER_HOME="$${DAGSTER_HOME:-$$MCE_HOME/dagster}"; \
+	export DAGSTER_EVENT_BATCH_SIZE="$${DAGSTER_EVENT_BATCH_SIZE:-1000}"; \
+	export PATH="$(CURDIR)/$(VENV)/bin:$$PATH"; \
+	$(VENV)/bin/python -m mce_dagster.instance.local "$$DAGSTER_HOME" && \
+	exec dagster-celery worker start -A dagster_celery.app -y deploy/celery.yaml -n $(CELERY_WORKER) -- --concurrency=1
+
 # Property-based fuzzing of ingestion (tests/test_fuzz_ingest.py) under its "fuzz"
 # profile: FUZZ_EXAMPLES examples per test (5000 unless set; the suite runs 250).
 #   make fuzz FUZZ_EXAMPLES=2000
