@@ -103,7 +103,10 @@ def neo4j_env(mce_home):
     with _environment(NEO4J_ENV):
         from mce_dagster.graph import open_graph
 
-        open_graph().backend.query("MATCH (n) DETACH DELETE n")
+        graph = open_graph()
+        # A page at a time: one transaction over a large graph exceeds Neo4j's memory limit.
+        while graph.backend.query("MATCH (n) WITH n LIMIT 5000 DETACH DELETE n RETURN count(*) AS n")[0]["n"]:
+            pass
         yield NEO4J_ENV
 
 
