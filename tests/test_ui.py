@@ -9,12 +9,13 @@ asset graph and of a partitioned asset's page.
 
 from __future__ import annotations
 
+import html
 import math
 import os
+import re
 import shutil
 import subprocess
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,3 +260,83 @@ def test_asset_checks_and_materialization_metadata_appear_after_the_run(ui, back
             assert execution is not None, f"{path} {name}: no execution after the run"
             assert execution["runId"] == run["id"] and execution["status"] == "SUCCEEDED", (path, name, execution)
             assert execution["evaluation"]["success"], (path, name, execution)
+
+
+# -- what a person sees: headless Chromium --------------------------------------------
+
+
+def chromium() -> str:
+    """Debian's chromium: services/chromium.sh installs it in CI; elsewhere the test
+    skips without it."""
+    if IN_CI:
+        done = subprocess.run(["bash", str(REPO / "services" / "chromium.sh")], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"services/chromium.sh failed:\n{done.stderr[-3000:]}"
+        return done.stdout.strip()
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(found is not None, "no chromium on PATH (bash services/chromium.sh installs Debian's package)")
+    return found
+
+
+def screenshot(browser: str, url: str, png: Path, profile: Path) -> str:
+    """The page as the browser shows it after its scripts ran, and its DOM's text.
+    The UI is a JavaScript app: virtual time lets its queries and layout finish."""
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
+         "--window-size=1600,1000", "--virtual-time-budget=20000", f"--screenshot={png}", "--dump-dom", url],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0 and png.is_file(), f"chromium on {url} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return html.unescape(re.sub(r"<[^>]+>", " ", done.stdout))
+
+
+def assert_not_blank(png: Path) -> None:
+    from PIL import Image, ImageStat
+
+    with Image.open(png) as image:
+        assert image.size == (1600, 1000), image.size
+        gray = image.convert("L")
+        # A blank or half-drawn page is one flat colour; a drawn one has text and boxes.
+        assert ImageStat.Stat(gray).stddev[0] > 10, f"{png} looks blank"
+        assert len(gray.getcolors(256) or []) > 32, f"{png} has hardly any shades"
+
+
+def test_screenshots_of_the_asset_graph_and_a_partitioned_asset(ui, backfill, tmp_path):
+    browser = chromium()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS.parent / ".gitignore").write_text("*\n")  # the folder is never committed
+    # A new instance opens with Dagster's "join the community" dialog over the page;
+    # the UI's "Skip" dismisses it for the instance with this mutation.
+    assert ui.dagster.graphql("mutation { setNuxSeen }")["setNuxSeen"] is True
+    catalog, config = runtime()
+    shots = {}
+
+    # The asset graph: one box per group, the groups the enabled metrics' scopes name.
+    png = ARTIFACTS / "asset-graph.png"
+    text = screenshot(browser, f"{ui.dagster.url}/asset-groups", png, tmp_path / "profile")
+    groups = {m.scope.value for m in config.enabled}
+    assert groups <= set(text.split()), f"groups missing from the page: {groups - set(text.split())}"
+    shots["asset graph"] = png
+
+    # A metric with its upstream metrics, across groups: the dependency graph of the catalog.
+    metric = next(m for m in catalog.metrics.values() if path_of(asset_key(m.key)) == "Session/AvgLLMCallDuration")
+    png = ARTIFACTS / "asset-lineage.png"
+    text = screenshot(
+        browser, f"{ui.dagster.url}/assets/Session/AvgLLMCallDuration?view=lineage&lineageScope=upstream", png, tmp_path / "profile"
+    )
+    upstream = {SESSION_CONTEXT_KEY.path[-1]} | {asset_key(d).path[-1] for d in metric.dependencies}
+    assert upstream <= set(text.split()) and "AvgLLMCallDuration" in text, text[:2000]
+    shots["lineage"] = png
+
+    # A partitioned asset's page: its sessions, which are materialized, and the
+    # metadata of the first one's materialization.
+    chosen = backfill["chosen"]
+    png = ARTIFACTS / "asset-partitions.png"
+    text = screenshot(browser, f"{ui.dagster.url}/assets/Session/Duration?view=partitions&partition={chosen[0]}", png, tmp_path / "profile")
+    squeezed = " ".join(text.split())
+    assert f"Materialized ({len(chosen)})" in squeezed and f"Missing ({len(ui.ids) - len(chosen)})" in squeezed, squeezed[:2000]
+    assert chosen[0] in squeezed and "evaluated" in squeezed, squeezed[:2000]
+    shots["partitions"] = png
+
+    for what, png in shots.items():
+        assert_not_blank(png)
+        print(f"\nscreenshot of the {what}: {png}")
