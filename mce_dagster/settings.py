@@ -38,6 +38,7 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("MCE_JUDGE_TEMPERATURE", "0.0 for one sample, 0.7 for several", "the judge's temperature"),
     ("MCE_JUDGE_CONCURRENCY", "8", "judge calls in flight at once, per process"),
     ("MCE_JUDGE_TIMEOUT", "60", "seconds per judge call"),
+    ("MCE_JUDGE_EMBEDDING_MODEL", "text-embedding-3-small", "the embedding model of provider metrics that embed (ragas.AnswerRelevancy), as LiteLLM names it"),
     ("MCE_JUDGE_RETRIES", "4", "retries of a judge call on 429, 5xx, timeouts (honouring Retry-After)"),
     ("MCE_JUDGE_MAX_TOKENS", "512", "the longest judge reply, in tokens"),
     ("MCE_JUDGE_CACHE", "off", "off, live (reuse a recorded reply, else call and record), record (always call, record), replay (recorded replies only; a miss is an error)"),
@@ -98,6 +99,8 @@ class JudgeSettings:
     cache: str = "off"
     cache_path: Path | None = None
     budget_usd: float | None = None
+    # For provider metrics that embed text (Ragas's AnswerRelevancy), at the same endpoint.
+    embedding_model: str = "text-embedding-3-small"
 
     @property
     def configured(self) -> bool:
@@ -204,6 +207,7 @@ def _judge(env: Mapping[str, str], home: Path) -> JudgeSettings:
         cache=cache,
         cache_path=_path(env.get("MCE_JUDGE_CACHE_PATH")) or home / "judge-cache.sqlite",
         budget_usd=_number(env, "MCE_JUDGE_BUDGET_USD", None),
+        embedding_model=(env.get("MCE_JUDGE_EMBEDDING_MODEL") or "").strip() or "text-embedding-3-small",
     )
 
 

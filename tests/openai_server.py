@@ -25,6 +25,7 @@ import math
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -256,6 +257,8 @@ class FakeOpenAI:
                 with server._lock:
                     server.requests.append(body)
                     server.request_times.append(time.monotonic())
+                if self.path.rstrip("/").endswith("/embeddings"):
+                    return self._send(200, server.embeddings(body))
                 if not self.path.rstrip("/").endswith("chat/completions"):
                     return self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
                 reply = server.responder(body)
@@ -288,6 +291,22 @@ class FakeOpenAI:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+    @staticmethod
+    def embeddings(request: dict[str, Any], dimensions: int = 64) -> dict[str, Any]:
+        """OpenAI's embeddings reply: one vector per input, a hashed bag of its words,
+        so texts sharing words are close and unrelated ones are not."""
+        texts = request.get("input") or []
+        texts = [texts] if isinstance(texts, str) else texts
+        data = []
+        for i, text in enumerate(texts):
+            vector = [0.0] * dimensions
+            for word in re.findall(r"\w+", str(text).lower()):
+                vector[zlib.crc32(word.encode()) % dimensions] += 1.0
+            norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+            data.append({"object": "embedding", "index": i, "embedding": [v / norm for v in vector]})
+        tokens = sum(approx_tokens(str(t)) for t in texts)
+        return {"object": "list", "data": data, "model": request.get("model", "local"), "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     @staticmethod
     def completion(request: dict[str, Any], reply: Completion) -> dict[str, Any]:

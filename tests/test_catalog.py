@@ -132,25 +132,32 @@ def site(tmp_path, monkeypatch):
 
 
 def test_a_provider_is_what_an_entry_point_provides(site):
-    """`deepeval` is an ordinary provider name: the package that registers it
-    through `metrics_computation_engine.plugins` provides it."""
-    install_on_path(site, "deepeval", "mce_deepeval")
+    """A third party's package that registers a provider through
+    `metrics_computation_engine.plugins` provides it, beside the shipped DeepEval,
+    Ragas and Opik providers, which register themselves the same way."""
+    install_on_path(site, "acme", "mce_acme")
     catalog = load_catalog()
-    assert catalog.providers["deepeval"] == "mce-deepeval 1.0, entry point deepeval = mce_deepeval:plugin"
-    assert set(catalog.providers) == {"native", "deepeval"}
-    assert DependencyKey(Scope.AGENT_CALL, "SpanCount", "deepeval") in catalog.metrics
+    assert catalog.providers["acme"] == "mce-acme 1.0, entry point acme = mce_acme:plugin"
+    assert set(catalog.providers) == {"native", "acme", "deepeval", "ragas", "opik"}
+    assert DependencyKey(Scope.AGENT_CALL, "SpanCount", "acme") in catalog.metrics
     assert ("native", "Duration") in catalog.definitions  # the built-in ones are still there
-    assert [str(m.key) for m in catalog.resolve("deepeval.SpanCount")] == [
-        "Session/deepeval_SpanCount", "AgentCall/deepeval_SpanCount"
+    assert [str(m.key) for m in catalog.resolve("acme.SpanCount")] == [
+        "Session/acme_SpanCount", "AgentCall/acme_SpanCount"
     ]
-    assert catalog.resolve("AgentCall/deepeval_SpanCount") == catalog.resolve("deepeval.SpanCount", Scope.AGENT_CALL)
-    with pytest.raises(UnknownMetricError, match="no metric named 'SpanCount'; defined as deepeval.SpanCount"):
+    assert catalog.resolve("AgentCall/acme_SpanCount") == catalog.resolve("acme.SpanCount", Scope.AGENT_CALL)
+    with pytest.raises(UnknownMetricError, match="no metric named 'SpanCount'; defined as acme.SpanCount"):
         catalog.resolve("SpanCount")  # without a provider, a name is the native metric's
     session = SessionBuilder("s1")
     agent = session.add(Label.AGENT_CALL, "A", 0.0, 2.0, id="a1")
     session.add(Label.TOOL_CALL, "search", 0.5, 1.0, agent)
-    batches = evaluate_all(catalog.resolve("deepeval.SpanCount"), {"s1": session.build()}, prices=None)
-    assert batches[DependencyKey(Scope.AGENT_CALL, "SpanCount", "deepeval")].values["s1"]["a1"].value == 1.0
+    batches = evaluate_all(catalog.resolve("acme.SpanCount"), {"s1": session.build()}, prices=None)
+    assert batches[DependencyKey(Scope.AGENT_CALL, "SpanCount", "acme")].values["s1"]["a1"].value == 1.0
+
+
+def test_a_second_package_cannot_take_a_shipped_providers_name(site):
+    install_on_path(site, "deepeval", "mce_deepeval")
+    with pytest.raises(CatalogError, match="provider 'deepeval' is already provided"):
+        load_catalog()
 
 
 def test_an_underscore_in_a_provider_name(site):

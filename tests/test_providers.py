@@ -251,6 +251,9 @@ def usage(server):
     """Tokens the server reported over every request it answered."""
     prompt = completion = 0
     for req in server.requests:
+        if "input" in req:  # an embeddings request
+            prompt += server.embeddings(req)["usage"]["prompt_tokens"]
+            continue
         reply = server.default_reply(req)
         prompt += reply.prompt_tokens
         completion += reply.completion_tokens
@@ -421,3 +424,17 @@ def test_topics_and_expected_tools_are_read_from_mce_config(tmp_path, monkeypatc
     options = provider_options()
     assert options.topics == {"travel-planner": ("flights", "hotels")}
     assert session_cases.expected_call(options.expected_tools["default"][0]) == ("search", {"query": "x"})
+
+
+def test_ragas_answer_relevancy_embeds_through_the_judges_endpoint_and_counts_it(catalog, server, contexts):
+    batch = run(catalog, "ragas.AnswerRelevancy", contexts, Gateway(settings(server), PRICES))
+    assert not batch.failures and batch.evaluated == len(contexts), batch.failures[:1]
+    embedded = [r for r in server.requests if "input" in r]
+    assert embedded and all(r["model"] == "text-embedding-3-small" for r in embedded)
+    values = [v for by in batch.values.values() for v in by.values()]
+    assert all(0.0 <= v.value <= 1.0 for v in values)
+    assert sum(v.metadata["judge_calls"] for v in values) == len(server.requests)
+    assert sum(v.evaluation_prompt_tokens for v in values) == usage(server)[0]
+    # Each session's request was embedded, as Ragas compares the generated questions with it.
+    inputs = {t for r in embedded for t in ([r["input"]] if isinstance(r["input"], str) else r["input"])}
+    assert all(session_cases.exchange(ctx).input in inputs for ctx in contexts.values())

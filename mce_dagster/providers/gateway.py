@@ -1,7 +1,7 @@
 """Every LiteLLM call a provider's library makes, through the project's judge rules.
 
-While a provider evaluates, `litellm.completion` and `litellm.acompletion` are
-wrapped: each call a library makes (DeepEval's LiteLLMModel, Ragas through
+While a provider evaluates, `litellm.completion`, `litellm.acompletion` and
+`litellm.aembedding` are wrapped: each call a library makes (DeepEval's LiteLLMModel, Ragas through
 instructor, Opik's LiteLLMChatModel) is answered from the record/replay cache or
 sent with the project's time-out, retries (429, 5xx, time-outs, with back-off that
 honours Retry-After) and budget, and its tokens and cost are added to the meter of
@@ -99,11 +99,7 @@ class Gateway:
         prepare_litellm_environment()
         import litellm
 
-        model = self.settings.model
-        provider = model.split("/", 1)[0] if "/" in model else None
-        if self.settings.base_url and provider not in set(getattr(litellm, "provider_list", [])):
-            return f"openai/{model}"
-        return model
+        return self._routed(self.settings.model)
 
     @property
     def api_key(self) -> str | None:
@@ -141,13 +137,13 @@ class Gateway:
         completion = sum(seen) / len(seen) if seen else min(200, self.settings.max_tokens)
         return prompt * price.input_per_token + completion * price.output_per_token
 
-    def _count(self, meter: Meter, response: Any, cached: bool) -> None:
+    def _count(self, meter: Meter, response: Any, cached: bool, model: str | None = None) -> None:
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
         cost = 0.0
         if self.prices is not None:
-            price = self.prices.price(self.settings.model)
+            price = self.prices.price(model or self.settings.model)
             cost = prompt * price.input_per_token + completion * price.output_per_token
             meter.priced_as = price.priced_as
         meter.replies += 1
@@ -264,11 +260,41 @@ class Gateway:
         self._record(key, response)
         return response
 
-    def _cost_of(self, response: Any) -> float:
+    async def aembedding(self, original, meter: Meter, kwargs: dict[str, Any]) -> Any:
+        """An embedding request, at the judge's endpoint with the embedding model:
+        retried, timed out and counted like a completion (no cache: the vectors are
+        the answer and cost a fraction of a completion)."""
+        model = self.settings.embedding_model
+        prepared = {**self._prepared(kwargs), "model": self._routed(model)}
+        attempt = 0
+        while True:
+            meter.calls += 1
+            self.stats.calls += 1
+            try:
+                response = await asyncio.wait_for(original(**prepared), timeout=self.settings.timeout + 10)
+                break
+            except Exception as exc:
+                if self._give_up(meter, exc, attempt):
+                    raise ProviderCallError(meter.errors[-1]) from exc
+                await asyncio.sleep(self._wait(exc, attempt))
+                attempt += 1
+        self._count(meter, response, cached=False, model=model)
+        self.budget.settle(0.0, self._cost_of(response, model))
+        return response
+
+    def _routed(self, model: str) -> str:
+        import litellm
+
+        provider = model.split("/", 1)[0] if "/" in model else None
+        if self.settings.base_url and provider not in set(getattr(litellm, "provider_list", [])):
+            return f"openai/{model}"
+        return model
+
+    def _cost_of(self, response: Any, model: str | None = None) -> float:
         if self.prices is None or response is None:
             return 0.0
         usage = getattr(response, "usage", None)
-        price = self.prices.price(self.settings.model)
+        price = self.prices.price(model or self.settings.model)
         return int(getattr(usage, "prompt_tokens", 0) or 0) * price.input_per_token + int(
             getattr(usage, "completion_tokens", 0) or 0
         ) * price.output_per_token
@@ -286,8 +312,10 @@ class Gateway:
             if not _ACTIVE:
                 _ORIGINAL["completion"] = litellm.completion
                 _ORIGINAL["acompletion"] = litellm.acompletion
+                _ORIGINAL["aembedding"] = litellm.aembedding
                 litellm.completion = _completion
                 litellm.acompletion = _acompletion
+                litellm.aembedding = _aembedding
             _ACTIVE.append(self)
         try:
             yield self
@@ -297,6 +325,7 @@ class Gateway:
                 if not _ACTIVE:
                     litellm.completion = _ORIGINAL.pop("completion")
                     litellm.acompletion = _ORIGINAL.pop("acompletion")
+                    litellm.aembedding = _ORIGINAL.pop("aembedding")
 
     @contextlib.contextmanager
     def metering(self) -> Iterator[Meter]:
@@ -330,3 +359,12 @@ async def _acompletion(*args: Any, **kwargs: Any) -> Any:
     if meter is None or gateway is None:
         return await _ORIGINAL["acompletion"](**kwargs)
     return await gateway.acompletion(_ORIGINAL["acompletion"], meter, kwargs)
+
+
+async def _aembedding(*args: Any, **kwargs: Any) -> Any:
+    meter, gateway = _METER.get(), _GATEWAY.get()
+    if args:
+        kwargs = {"model": args[0], **kwargs}
+    if meter is None or gateway is None:
+        return await _ORIGINAL["aembedding"](**kwargs)
+    return await gateway.aembedding(_ORIGINAL["aembedding"], meter, kwargs)

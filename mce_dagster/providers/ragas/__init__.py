@@ -42,6 +42,10 @@ def faithfulness(entity: Node, ctx: SessionContext, options: ProviderOptions):
     return (session_cases.exchange(ctx), contexts)
 
 
+def exchange(entity: Node, ctx: SessionContext, options: ProviderOptions):
+    return session_cases.exchange(ctx)
+
+
 async def _score(name, case, gateway):
     from . import library  # Ragas is imported here, and only here
 
@@ -49,6 +53,7 @@ async def _score(name, case, gateway):
 
 
 METRICS = {
+    "AnswerRelevancy": (exchange, True),
     "ToolCallAccuracy": (tool_call_accuracy, False),
     "AgentGoalAccuracy": (conversation, True),
     "TopicAdherence": (topic_adherence, True),

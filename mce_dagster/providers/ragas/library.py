@@ -11,7 +11,14 @@ import instructor
 import litellm
 from ragas.llms import llm_factory
 from ragas.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
-from ragas.metrics.collections import AgentGoalAccuracyWithoutReference, Faithfulness, ToolCallAccuracy, TopicAdherence
+from ragas.embeddings import LiteLLMEmbeddings
+from ragas.metrics.collections import (
+    AgentGoalAccuracyWithoutReference,
+    AnswerRelevancy,
+    Faithfulness,
+    ToolCallAccuracy,
+    TopicAdherence,
+)
 
 from .. import Scored
 from .. import cases as session_cases
@@ -21,6 +28,11 @@ def judge_llm(gateway):
     # Built while the gateway is installed: instructor keeps the function it wraps.
     client = instructor.from_litellm(litellm.acompletion, mode=instructor.Mode.JSON)
     return llm_factory(gateway.litellm_model(), provider="litellm", client=client, adapter="litellm", temperature=gateway.settings.temperature)
+
+
+def judge_embeddings(gateway) -> LiteLLMEmbeddings:
+    # The gateway routes it to the judge's endpoint and retries it itself.
+    return LiteLLMEmbeddings(model=gateway.settings.embedding_model, max_retries=0)
 
 
 def messages(conversation: session_cases.Conversation) -> list:
@@ -62,6 +74,9 @@ async def _score(name: str, case: Any, gateway) -> Scored:
         conversation, topics = case
         metric = TopicAdherence(llm=judge_llm(gateway))
         result = await metric.ascore(user_input=messages(conversation), reference_topics=list(topics))
+    elif name == "AnswerRelevancy":
+        metric = AnswerRelevancy(llm=judge_llm(gateway), embeddings=judge_embeddings(gateway))
+        result = await metric.ascore(user_input=case.input, response=case.output)
     elif name == "Faithfulness":
         exchange, contexts = case
         metric = Faithfulness(llm=judge_llm(gateway))
