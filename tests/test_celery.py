@@ -4,9 +4,9 @@ take its steps from the RabbitMQ of `make services`, on a batch of synthetic ses
 The results in the graph equal those of the in-process run of the same job.
 
 Workers reach what the run reaches: the embedded FalkorDB server of the module's
-MCE_HOME (one server per MCE_HOME, shared over its Unix socket) and the module's local
-SQLite instance (passed to them with each step). Without RabbitMQ the test skips, and
-fails when CI=true."""
+MCE_HOME (one server per MCE_HOME, shared over its Unix socket) and the instance of
+deploy/dagster.yaml on the PostgreSQL of `make services` (passed to them with each
+step). Without RabbitMQ or PostgreSQL the test skips, and fails when CI=true."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from conftest import REPO, require
 from mce_dagster.graph import cypher
@@ -28,6 +29,13 @@ from mce_dagster.runner import QUIET_RUN_CONFIG, RANGE_END, RANGE_START
 BIN = Path(sys.executable).parent
 SESSIONS = 4
 WORKERS = ("mce-test-celery-1", "mce-test-celery-2")
+PG_DEFAULTS = {
+    "DAGSTER_PG_HOST": "127.0.0.1",
+    "DAGSTER_PG_PORT": "5432",
+    "DAGSTER_PG_DB": "dagster",
+    "DAGSTER_PG_USER": "dagster",
+    "DAGSTER_PG_PASSWORD": "dagster",
+}
 # Results carry when and in which run they were computed; the rest must be equal.
 RUN_FIELDS = {"computedAt", "runId"}
 
@@ -52,7 +60,8 @@ def broker():
         with kombu.Connection(url, connect_timeout=3) as conn:
             conn.ensure_connection(max_retries=1)
             # Tasks left by an interrupted run would reach this run's workers.
-            conn.default_channel.queue_purge("dagster") if _queue_exists(conn, "dagster") else None
+            if _queue_exists(conn, "dagster"):
+                conn.default_channel.queue_purge("dagster")
     except Exception as exc:  # noqa: BLE001 (any reason the broker does not answer)
         require(False, f"no RabbitMQ at {url} ({exc}); start it with `eval \"$(make -s services)\"`")
     return url
@@ -67,17 +76,49 @@ def _queue_exists(conn, name: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def deployment(mce_home, broker):
-    """The module's DAGSTER_HOME (the local SQLite instance) and two workers on it."""
-    from mce_dagster.instance.local import write_local_config
+def postgres_home(mce_home):
+    """A DAGSTER_HOME with deploy/dagster.yaml (the project's PostgreSQL event log) on
+    the PostgreSQL of `make services`, in a schema of its own, dropped at the end."""
+    import psycopg2
 
+    env = {k: os.environ.get(k) or v for k, v in PG_DEFAULTS.items()}
+    try:
+        conn = psycopg2.connect(
+            host=env["DAGSTER_PG_HOST"], port=env["DAGSTER_PG_PORT"], dbname=env["DAGSTER_PG_DB"],
+            user=env["DAGSTER_PG_USER"], password=env["DAGSTER_PG_PASSWORD"], connect_timeout=3,
+        )
+    except psycopg2.OperationalError as exc:
+        require(False, f"no PostgreSQL at {env['DAGSTER_PG_HOST']}:{env['DAGSTER_PG_PORT']} ({str(exc).strip()}); "
+                       'start it with `eval "$(make -s services)"`')
+    conn.autocommit = True
+    schema = f"mce_test_celery_{os.getpid()}"
+    with conn.cursor() as cur:
+        cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
+    config = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
+    for name in ("run_storage", "event_log_storage", "schedule_storage"):
+        config[name]["config"]["postgres_db"]["params"] = {"options": f"-csearch_path={schema}"}
     home = mce_home / "dagster"
-    write_local_config(home)
-    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", "DAGSTER_EVENT_BATCH_SIZE", "RABBITMQ_URL")}
-    os.environ.update(DAGSTER_HOME=str(home), DAGSTER_EVENT_BATCH_SIZE="1000", RABBITMQ_URL=broker)
-    # The instance's databases exist before the workers start: two workers that open a
-    # new SQLite instance at the same moment both stamp its schema version, and every
-    # later open fails ("more than one head").
+    home.mkdir()
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    try:
+        yield home, env
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def deployment(mce_home, broker, postgres_home):
+    """Two workers, started with the environment the code location has: the instance
+    of DAGSTER_HOME, the graph of MCE_HOME, the broker of RABBITMQ_URL."""
+    home, pg_env = postgres_home
+    variables = {"DAGSTER_HOME": str(home), "DAGSTER_EVENT_BATCH_SIZE": "1000", "RABBITMQ_URL": broker, **pg_env}
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    # Tables exist before the workers start: two processes that create a new instance's
+    # tables at the same moment can both stamp its schema version, and every later open
+    # fails ("more than one head"; seen with SQLite).
     dg.DagsterInstance.get().dispose()
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     workers, logs = [], []
@@ -152,6 +193,7 @@ def test_celery_workers_evaluate_a_batch_as_the_in_process_run_does(deployment, 
     _, config = runtime()
     selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config) if m.scope is not Scope.POPULATION)]
     instance = dg.DagsterInstance.get()
+    assert type(instance.event_log_storage).__name__ == "PooledPostgresEventLogStorage"
     instance.add_dynamic_partitions("sessions", sessions)
     tags = {RANGE_START: sessions[0], RANGE_END: sessions[-1]}
 
@@ -196,6 +238,7 @@ def test_celery_workers_evaluate_a_batch_as_the_in_process_run_does(deployment, 
     assert set(in_process) == set(on_celery)
     different = [k for k in in_process if in_process[k] != on_celery[k]]
     assert not different, f"{len(different)} results differ, e.g. {different[0]}: {on_celery[different[0]]} != {in_process[different[0]]}"
+    instance.dispose()
     print(
         f"\n{SESSIONS} sessions, {len(steps)} steps, {len(on_celery)} results: "
         f"Celery (2 workers) {celery_s:.1f} s, in process {in_process_s:.1f} s"
