@@ -45,6 +45,12 @@ bench-bookkeeping: install
 bench-judge: install
 	$(VENV)/bin/python bench/judge.py
 
+# AnswerRelevancy native, through DeepEval and through Ragas on the same sessions: judge
+# calls, tokens and cost per session side by side, on the local server (no key, no network).
+.PHONY: bench-providers
+bench-providers: install
+	$(VENV)/bin/python bench/providers.py
+
 # Peak RSS of `mce ingest` on synthetic exports of 50, 100 and 200 MB, side by side,
 # and once with every batch at its byte limit: memory is bounded by the batch, not the file.
 .PHONY: bench-ingest

@@ -7,6 +7,7 @@ reason (`mce compute` skips judged metrics unless they are asked for by name).""
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -129,7 +130,10 @@ def provider_batch(
 
         ceiling = budget_usd if budget_usd is not None else settings.budget_usd
         gateway = Gateway(settings, prices, run_budget(run_id, ceiling))
+    started = time.perf_counter()
     outcomes = library_metric.run_batch(metric.scope, contexts, gateway, provider_options(), settings.concurrency)
+    if gateway is not None:
+        gateway.stats.seconds += time.perf_counter() - started
     batch = evaluate_metric(metric, contexts, deps, prices, judgments=outcomes)
     if gateway is not None:
         metadata.update({"judge model": settings.model, **gateway.stats.as_metadata()})
