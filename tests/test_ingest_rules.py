@@ -299,6 +299,80 @@ def test_a_row_without_trace_id_is_reported(kg, tmp_path):
     assert report.sessions == ["no-trace"] and reasons(report) == {("notrace.json", 1): "no TraceId"}
 
 
+def without_ingested_at(snapshot):
+    nodes, links = snapshot
+    return [json.dumps({k: v for k, v in json.loads(n)["p"].items() if k != "ingestedAt"}, sort_keys=True) for n in nodes], links
+
+
+def test_a_child_before_its_parent_is_placed_once_the_parent_arrives(kg, tmp_path):
+    from mce_dagster.core.models import MetricNode, MetricResultNode, result_id
+    from mce_dagster.core.ontology import Scope
+
+    wf = row("pc-wf", "app.workflow", session="pc", duration_ns=5_000_000_000)
+    agent = row("pc-a", "a.agent", parent="pc-wf", session="pc", start="2025-01-01T00:00:01Z", agent_id="a")
+    llm = row("pc-l", "x.chat", parent="pc-a", session="pc", start="2025-01-01T00:00:02Z", **{"llm.usage.total_tokens": "3"})
+    bad = row("pc-bad", "x.tool", parent="pc-a", session="pc", start="soon")
+    whole = write(tmp_path, "pc-whole.json", [wf, agent, llm, bad])
+    assert ingest_paths([whole], kg).sessions == ["pc"]
+    one_call = session_snapshot(kg, "pc")
+    kg.delete_sessions(["pc"])
+
+    # The LLM call first (and the bad row): it hangs from a MASCall made for the session.
+    first = ingest_paths([write(tmp_path, "pc-1.json", [llm, bad])], kg)
+    assert first.sessions == ["pc"] and first.problem_count == 1
+    context = kg.read_contexts(["pc"])["pc"]
+    assert [c.id for c in context.calls(Label.MAS_CALL)] == ["pc#mas"]
+    assert context.session.props["rowsNotPlaced"] == 1
+    metric = MetricNode(name="Probe", provider="native", scope=["MASCall", "LLMCall"], unit="x", valueRange="[0, null]", description="d", version=1)
+    for scope, entity in ((Scope.MAS_CALL, "pc#mas"), (Scope.LLM_CALL, "pc-l")):
+        kg.write_results(metric, scope, [MetricResultNode(
+            id=result_id("Probe", "native", entity, 1), name="Probe", provider="native", scope=scope,
+            entityId=entity, sessionId="pc", result=1.0, metricVersion=1, computedAt=time.time())])
+
+    # Its agent, with the bad row again: the bad row is still one row not placed.
+    second = ingest_paths([write(tmp_path, "pc-2.json", [agent, bad])], kg)
+    assert second.merged == ["pc"] and second.problem_count == 1
+    assert kg.read_contexts(["pc"])["pc"].session.props["rowsNotPlaced"] == 1
+    assert ("pc-a", str(Rel.HAS_LLM_CALL)) in links_to(kg, "pc-l")
+
+    # A later call whose file breaks off adds nothing; nor does a row whose span id
+    # another session holds.
+    ingest_paths([write(tmp_path, "other.json", [row("ot-wf", "app.workflow", session="other")])], kg)
+    before = session_snapshot(kg, "pc")
+    broken = tmp_path / "pc-broken.json"
+    broken.write_text(json.dumps([wf, bad])[:-20])
+    report = ingest_paths([broken], kg)
+    assert report.sessions == [] and report.file_errors and "after 1 row(s)" in report.file_errors[0]
+    assert session_snapshot(kg, "pc") == before
+    taken = write(tmp_path, "pc-taken.json", [row("ot-wf", "y.tool", parent="pc-a", session="pc")])
+    report = ingest_paths([taken], kg)
+    assert report.merged == [] and report.spans == 0
+    assert "already belongs to session 'other'" in reasons(report)[("pc-taken.json", 0)]
+    assert session_snapshot(kg, "pc")[1] == before[1]  # links: nothing merged
+    assert kg.read_contexts(["pc"])["pc"].session.props["rowsNotPlaced"] == 2  # the taken row is counted
+
+    # The workflow: the tree is whole; the result of the MASCall made for the session is gone with it, the
+    # LLM call's still measures it.
+    third = ingest_paths([write(tmp_path, "pc-3.json", [wf])], kg)
+    assert third.merged == ["pc"] and third.problem_count == 0
+    context = kg.read_contexts(["pc"])["pc"]
+    assert [c.id for c in context.calls(Label.MAS_CALL)] == ["pc-wf"]
+    assert ("pc-wf", str(Rel.HAS_AGENT_CALL)) in links_to(kg, "pc-a")
+    results = {r["entityId"] for r in kg.read_results(["pc"])}
+    assert results == {"pc-l"}
+    measured = kg.backend.query("MATCH (x:MetricResult)-[:measures]->(e) WHERE x.sessionId = 'pc' RETURN e.id AS e")
+    assert [r["e"] for r in measured] == ["pc-l"]
+    again = ingest_paths([taken], kg)  # still refused, still counted once
+    assert again.sessions == [] and again.problem_count == 1
+    assert kg.read_contexts(["pc"])["pc"].session.props["rowsNotPlaced"] == 2
+    kg.delete_sessions(["pc"])
+    # Without the taken row, the pieces give what the single call gave.
+    for piece in ("pc-1.json", "pc-3.json", "pc-2.json"):
+        ingest_paths([tmp_path / piece], kg)
+    assert without_ingested_at(session_snapshot(kg, "pc")) == without_ingested_at(one_call)
+    assert not orphans(kg)
+
+
 def test_the_cli_exits_1_with_the_reason_when_nothing_is_ingested(mce_home, kg, tmp_path):
     from mce_dagster.cli import app
 

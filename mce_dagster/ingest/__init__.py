@@ -295,7 +295,7 @@ class _Batch:
                     self.problem(row, f"session {sid!r} could not be written, so nothing of these rows is stored{kept_as_is}: {failed[sid]}")
                 continue
             self.report.sessions.append(sid)
-            if sid in grown:
+            if new and sid in grown:
                 self.report.merged.append(sid)
             self.report.spans += len(new)
             self.placed(new)
