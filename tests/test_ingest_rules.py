@@ -388,6 +388,10 @@ def test_the_cli_exits_1_with_the_reason_when_nothing_is_ingested(mce_home, kg, 
     assert runner.invoke(app, ["ingest", str(ok)], env={"MCE_HOME": str(mce_home)}).exit_code == 0
     again = runner.invoke(app, ["ingest", str(ok)], env={"MCE_HOME": str(mce_home)})
     assert again.exit_code == 0 and "1 already stored unchanged" in again.output
+    more = write(tmp_path, "more.json", [row("cli-ok-t", "t.tool", parent="cli-ok-wf", session="cli-ok")])
+    grown = runner.invoke(app, ["ingest", str(more)], env={"MCE_HOME": str(mce_home)})
+    assert grown.exit_code == 0 and "ingested 1 sessions (1 spans)" in grown.output
+    assert "1 stored session(s) grown by new rows" in grown.output
 
 
 def test_duplicate_rows_with_other_content_are_reported(kg, tmp_path):

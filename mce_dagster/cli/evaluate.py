@@ -64,6 +64,8 @@ def ingest(
     for error in report.file_errors:
         err.print(f"[red]file error:[/red] {escape(error)}", highlight=False)
     unchanged = f"; {len(report.unchanged)} already stored unchanged" if report.unchanged else ""
+    if report.merged:
+        unchanged += f"; {len(report.merged)} stored session(s) grown by new rows"
     if report.replaced:
         unchanged += f"; {len(report.replaced)} stored session(s) deleted and built anew"
     out.print(
@@ -83,6 +85,7 @@ def _ingest_json(report, elapsed: float) -> dict:
         "spans": report.spans,
         "files": report.files,
         "unchanged": report.unchanged,
+        "merged": report.merged,
         "replaced": report.replaced,
         "rows_not_placed": report.problem_count,
         "not_placed": [str(p) for p in report.problems],
