@@ -97,3 +97,11 @@ def test_a_missing_or_malformed_env_file_is_a_one_line_error(mce_home, tmp_path)
     bad.write_text("MCE_HOME=/tmp/x\nthis is not a variable\n")
     done = mce(mce_home, "--env-file", str(bad), "kg", "status", check=False)
     assert done.returncode == 2 and f"{bad}:2: expected NAME=value" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unknown_session_says_what_to_do_next(mce_home):
+    done = mce(mce_home, "kg", "metric", "get", "never-ingested", check=False)
+    assert done.returncode == 1 and "mce compute never-ingested" in done.stderr
+    done = mce(mce_home, "compute", "never-ingested", check=False)
+    assert done.returncode == 2 and "not in the knowledge graph: never-ingested" in done.stderr
+    assert "next: ingest them first" in done.stderr and len(done.stderr.strip().splitlines()) == 1

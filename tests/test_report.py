@@ -82,6 +82,14 @@ def test_a_distribution_pools_ratios_as_sum_over_sum():
     assert distributions(rows, versions={("native", "ToolErrorRate"): 2}) == []  # older versions left out
 
 
+def test_an_empty_report_says_so():
+    from mce_dagster.report.html import render
+    from mce_dagster.report.model import Report
+
+    page = render(Report(0, 0, 0, (), (), "2025-01-01T00:00:00Z"), {}, {})
+    assert "0 evaluated sessions" in page and "No metric with results can be rolled up per app" in page and "<img" not in page
+
+
 def test_the_html_is_standalone_with_one_image_per_metric(graph, tmp_path):
     path, report = service.write_report(tmp_path / "report.html", kg=graph)
     text, page = read_page(path)

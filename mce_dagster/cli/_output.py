@@ -31,6 +31,19 @@ def fmt(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def next_step(exc: MCEError) -> str | None:
+    """What a person does about an error, where its kind says it: on the same line."""
+    from ..errors import GraphUnavailableError, ServiceError, UnknownSessionError
+
+    if isinstance(exc, UnknownSessionError):
+        return "ingest them first with `mce ingest FILE`; `mce kg status` says which graph this is"
+    if isinstance(exc, GraphUnavailableError):
+        return "start the graph server, or unset NEO4J_URI to use the embedded graph; `mce -v kg status` says where it looks"
+    if isinstance(exc, ServiceError):
+        return "check that the service runs and the settings point at it (`mce -vv ...` prints them)"
+    return None
+
+
 class Commands(typer.Typer):
     """A Typer whose commands turn an `MCEError` (something the user can fix) into
     one line on stderr and exit code 2. Any other exception is a bug and keeps its
@@ -45,7 +58,8 @@ class Commands(typer.Typer):
                 try:
                     return function(*a, **k)
                 except MCEError as exc:
-                    err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+                    hint = next_step(exc)
+                    err.print(f"[red]error:[/red] {escape(str(exc))}" + (f" [dim](next: {escape(hint)})[/dim]" if hint else ""), soft_wrap=True, highlight=False)
                     raise typer.Exit(2) from None
 
             register(run)

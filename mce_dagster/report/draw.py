@@ -22,8 +22,9 @@ COLOR = "#4C72B0"
 
 
 def _png(fig) -> bytes:
+    # Fixed margins, no "tight" bounding box: that costs a second drawing pass per figure.
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=DPI)
     plt.close(fig)
     return buffer.getvalue()
 
@@ -31,6 +32,7 @@ def _png(fig) -> bytes:
 def histogram_png(d: Distribution) -> bytes:
     """One metric's distribution: a bar per bin, the mean (and the pooled ratio) marked."""
     fig, ax = plt.subplots(figsize=(4.6, 2.8))
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.89, bottom=0.17)
     h = d.histogram
     widths = [b - a for a, b in zip(h.edges, h.edges[1:])]
     ax.bar(h.edges[:-1], h.counts, width=widths, align="edge", color=COLOR, edgecolor="white", linewidth=0.5)
@@ -45,23 +47,40 @@ def histogram_png(d: Distribution) -> bytes:
     return _png(fig)
 
 
+LABEL_CHARS = 24  # longer group names are cut, the table beside the chart has them whole
+INCH_PER_CHAR = 0.06  # at the tick font size
+BAR_INCH = 0.2
+PLOT_WIDTH = 3.0
+
+
 def rollups_png(rollups: Sequence[Rollup], cut: str) -> bytes:
     """Every metric rolled up per `cut`: one horizontal bar chart per metric, in a grid."""
-    columns = 3
-    rows = max(1, -(-len(rollups) // columns))
-    groups = max((min(len(r.rows), MAX_GROUPS) for r in rollups), default=1)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, (0.9 + 0.22 * groups) * rows), squeeze=False)
-    for ax, r in zip(axes.flat, rollups):
+    charts = []
+    for r in rollups:
         # the groups with most results, then by name: an app sits at the same place in every chart
         shown = sorted(r.rows, key=lambda row: (-row.count, row.group))[:MAX_GROUPS]
         shown = sorted((row for row in shown if row.value is not None), key=lambda row: row.group)
-        ax.barh([row.group for row in shown], [row.value for row in shown], color=COLOR)
+        charts.append((r, shown))
+    columns = 3
+    rows = max(1, -(-len(charts) // columns))
+    longest = max((len(row.group[:LABEL_CHARS]) for _, shown in charts for row in shown), default=4)
+    label = 0.2 + INCH_PER_CHAR * longest
+    plot_height = 0.3 + BAR_INCH * max((len(shown) for _, shown in charts), default=1)
+    gap = 0.75  # a title above, tick labels below
+    width = columns * (label + PLOT_WIDTH) + 0.2
+    height = rows * (plot_height + gap) + 0.65
+    fig, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
+    fig.subplots_adjust(
+        left=label / width, right=1 - 0.2 / width, top=1 - 0.8 / height, bottom=0.35 / height,
+        wspace=label / PLOT_WIDTH, hspace=gap / plot_height,
+    )
+    for ax, (r, shown) in zip(axes.flat, charts):
+        ax.barh([row.group[:LABEL_CHARS] for row in shown], [row.value for row in shown], color=COLOR)
         ax.invert_yaxis()
         more = f", {len(shown)} of {len(r.rows)}" if len(r.rows) > len(shown) else ""
         ax.set_title(f"{r.key} ({r.unit or 'value'}{more})", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(rollups):]:
+    for ax in list(axes.flat)[len(charts):]:
         ax.axis("off")
     fig.suptitle(f"per {cut}", fontsize=10)
-    fig.tight_layout()
     return _png(fig)
