@@ -20,8 +20,8 @@ _HANDLER_NAME = "mce-cli"
 
 
 def configure_logging(verbosity: int) -> None:
-    """Warnings by default; info with -v; with -vv the project's debug lines too
-    (other libraries stay at info). On standard error, so stdout stays the data."""
+    """Warnings by default; the project's info lines with -v; with -vv its debug
+    lines and other libraries' info. On standard error, so stdout stays the data."""
     root = logging.getLogger()
     for handler in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(handler)
@@ -30,8 +30,9 @@ def configure_logging(verbosity: int) -> None:
     # By default a warning reads as a sentence; asked for more, each line says where it comes from.
     handler.setFormatter(logging.Formatter("%(message)s" if verbosity == 0 else "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
-    root.setLevel(logging.WARNING if verbosity == 0 else logging.INFO)
-    logging.getLogger("mce_dagster").setLevel(logging.DEBUG if verbosity >= 2 else logging.NOTSET)
+    # Other libraries (alembic, dagster's storage) say a lot at info: only with -vv.
+    root.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING)
+    logging.getLogger("mce_dagster").setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
 
 
 def main_options(

@@ -142,8 +142,8 @@ def evaluate(
 ) -> tuple["ComputeOutcome", float]:
     started = time.perf_counter()
     with progress("evaluating sessions", len(ids)) as advance:
-        # -v shows Dagster's own run log (info) on stderr.
-        outcome = service.compute(ids, metrics, budget, on_run=advance, quiet=_output.verbosity == 0)
+        # -vv shows Dagster's own run log (every event) on stderr.
+        outcome = service.compute(ids, metrics, budget, on_run=advance, quiet=_output.verbosity < 2)
     elapsed = time.perf_counter() - started
     if outcome.skipped_judged:
         err.print(f"[yellow]judged metrics skipped ({len(outcome.skipped_judged)}):[/yellow] {escape(outcome.skip_reason or '')}", highlight=False)

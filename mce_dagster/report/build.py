@@ -4,6 +4,8 @@ drawn and the HTML file written."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,6 +22,7 @@ from .model import DistributionBuilder, Report, Rollup, rollup_from_answer
 
 #: where the report goes, under MCE_HOME, unless told otherwise
 REPORT_PATH = Path("reports") / "evaluation_report.html"
+log = logging.getLogger(__name__)
 # Results read per query: whole sessions up to this many results.
 BATCH_ROWS = 10_000
 # The roll-ups: each cut at the scope whose results it groups.
@@ -39,6 +42,7 @@ def rollups(kg: KnowledgeGraph, catalog: Catalog) -> list[Rollup]:
         for cut, scope in CUTS:
             if scope in d.scopes and cut in d.cuts_at(scope):
                 answer = query_metric(kg, catalog, str(d.ref), scope.value, by=cut)
+                log.debug("%s at %s per %s: %d group(s)", d.ref, scope.value, cut, len(answer["rows"]))
                 if answer["rows"]:
                     out.append(rollup_from_answer(answer))
     return out
@@ -52,10 +56,12 @@ def collect(
     versions = {(d.provider, d.name): d.version for d in catalog.definitions.values()}
     units = {(d.provider, d.name): d.unit for d in catalog.definitions.values()}
     builder = DistributionBuilder(versions, units)
+    started = time.perf_counter()
     for ids in evaluated_sessions(kg).batches(batch_rows):
         builder.add(to_public(p) for p in kg.select_results(ids))
         if on_batch:
             on_batch(len(ids))
+    log.info("read %d results of %d sessions in %.1f s", builder.results, len(builder.sessions), time.perf_counter() - started)
     return Report(
         sessions=len(builder.sessions),
         results=builder.results,
