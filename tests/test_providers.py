@@ -222,6 +222,7 @@ def fresh(request):
     if "server" in request.fixturenames:
         srv = request.getfixturevalue("server")
         srv.requests.clear()
+        srv.request_times.clear()
         srv.values = {}
         srv.responder = srv.default_reply
     yield
@@ -235,7 +236,8 @@ def settings(server, **kw) -> JudgeSettings:
 
 def run(catalog, name, contexts, gateway, options=ProviderOptions()):
     metric = catalog.resolve(name)[0]
-    outcomes = metric.compute.run_batch(metric.scope, contexts, gateway, options, 4)
+    bound = gateway.settings.concurrency if gateway is not None else 4
+    outcomes = metric.compute.run_batch(metric.scope, contexts, gateway, options, bound)
     return evaluate_metric(metric, contexts, {}, PRICES, judgments=outcomes)
 
 
@@ -438,3 +440,35 @@ def test_ragas_answer_relevancy_embeds_through_the_judges_endpoint_and_counts_it
     # Each session's request was embedded, as Ragas compares the generated questions with it.
     inputs = {t for r in embedded for t in ([r["input"]] if isinstance(r["input"], str) else r["input"])}
     assert all(session_cases.exchange(ctx).input in inputs for ctx in contexts.values())
+
+
+def test_a_rate_limit_is_retried_after_the_time_the_server_asks_and_the_retry_is_counted(catalog, server, contexts):
+    from openai_server import RATE_LIMITED
+
+    server.script(RATE_LIMITED)
+    one = dict(list(contexts.items())[:1])
+    gateway = Gateway(settings(server, retries=2), PRICES)
+    started = __import__("time").monotonic()
+    batch = run(catalog, "deepeval.AnswerRelevancy", one, gateway)
+    assert __import__("time").monotonic() - started >= 1.0  # Retry-After: 1
+    [value] = [v for by in batch.values.values() for v in by.values()]
+    assert gateway.stats.retries == 1 and value.metadata["judge_calls"] == 4 == len(server.requests)
+
+
+@pytest.mark.parametrize("bound", [1, 3])
+def test_the_libraries_calls_stay_within_the_concurrency_bound(catalog, server, contexts, bound):
+    server.latency = 0.3
+    try:
+        run(catalog, "deepeval.AnswerRelevancy", contexts, Gateway(settings(server, concurrency=bound), PRICES))
+    finally:
+        server.latency = 0.0
+    times = sorted(server.request_times)
+    # Requests that arrive less than one reply's latency apart were in flight together.
+    widest = max(sum(1 for u in times if t <= u < t + 0.25) for t in times)
+    assert widest == min(bound, len(contexts))
+
+
+def test_provider_list_imports_no_library():
+    from test_layout import HEAVY, _cli, _loaded_by
+
+    assert not _loaded_by(_cli("provider", "list", "--json")) & set(HEAVY)
