@@ -68,15 +68,18 @@ def test_the_same_name_under_two_providers_is_two_assets(catalog):
     assert native.compute is not library.compute and isinstance(library.compute, LibraryMetric)
 
 
-def test_the_asset_graph_holds_provider_metrics_in_their_scope_group(catalog):
+def test_the_code_locations_asset_graph_holds_provider_metrics_in_their_scope_group():
     import dagster as dg
 
-    from mce_dagster.defs.assets import build_metric_asset
+    from mce_dagster.definitions import build_definitions, runtime
 
-    asset = build_metric_asset(catalog.resolve("Session/ragas.TopicAdherence")[0], lambda: PRICES)
-    key = dg.AssetKey(["Session", "ragas_TopicAdherence"])
-    assert asset.group_names_by_key[key] == "Session"
-    assert asset.metadata_by_key[key]["provider"] == "ragas"
+    graph = build_definitions(*runtime()).resolve_asset_graph()
+    for provider, name in (("native", "AnswerRelevancy"), ("deepeval", "AnswerRelevancy"), ("ragas", "AnswerRelevancy"),
+                           ("ragas", "ToolCallAccuracy"), ("opik", "Hallucination")):
+        asset = name if provider == "native" else f"{provider}_{name}"
+        node = graph.get(dg.AssetKey(["Session", asset]))
+        assert node.group_name == "Session"
+        assert set(node.parent_keys) == {dg.AssetKey(["session_context"])}
 
 
 def test_a_provider_whose_library_is_missing_is_unavailable_and_its_metrics_fail_saying_how_to_install(tmp_path):
