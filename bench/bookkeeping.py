@@ -194,6 +194,10 @@ BUCKETS = (
     ("IO manager: handle_output", "io_managers.py", "handle_output"),
     ("IO manager: load_input", "io_managers.py", "load_input"),
     ("graph: read_contexts", "graph/store.py", "read_contexts"),
+    ("graph: write_results", "graph/store.py", "write_results"),
+    ("graph: backend query/write (driver)", "graph/neo4j.py", "write"),
+    ("session contexts built", "core/context.py", "build"),
+    ("partitions registered", "instance.py", "add_dynamic_partitions"),
     ("step events (log_dagster_event)", "log_manager.py", "log_dagster_event"),
     ("partition key lookups", "dynamic.py", "get_partition_keys"),
 )

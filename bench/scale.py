@@ -216,7 +216,7 @@ def run_phase(phase: str, args, work: Path, env: dict) -> dict:
     out = work / f"{phase}.json"
     command = [sys.executable, __file__, "--phase", phase, "--work", str(work),
                "--sessions", str(args.sessions), "--batch", str(args.batch),
-               "--backend", args.backend, "--storage", args.storage]
+               "--backend", args.backend, "--storage", args.storage, *(["--profile"] if args.profile else [])]
     started = time.perf_counter()
     child = subprocess.Popen(command, env=env)
     _, status, usage = os.wait4(child.pid, 0)
@@ -237,6 +237,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500, help="sessions per run and per graph round trip")
     parser.add_argument("--backend", choices=["embedded", "neo4j"], default="embedded")
     parser.add_argument("--storage", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--profile", action="store_true", help="where the engine's run spends its time (cProfile)")
     parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -245,7 +246,17 @@ def main() -> None:
         import warnings
 
         warnings.filterwarnings("ignore", message=".*is currently in beta")
-        result = globals()[f"phase_{args.phase}"](args, args.work)
+        phase = globals()[f"phase_{args.phase}"]
+        if args.profile and args.phase == "engine":
+            import cProfile
+
+            import bookkeeping
+
+            profiler = cProfile.Profile()
+            result = profiler.runcall(phase, args, args.work)
+            result["profile"] = bookkeeping.report_profile(profiler, result["seconds"])
+        else:
+            result = phase(args, args.work)
         (args.work / f"{args.phase}.json").write_text(json.dumps(result))
         return
 
