@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,14 +49,12 @@ class UI:
     ids: list[str]  # in partition order
     repository: dict[str, str]
     selection: list[str] = field(default_factory=list)  # asset paths the backfill covers
-    statuses_before: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    backfill: dict[str, Any] = field(default_factory=dict)
+    statuses_before: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
 def ui(kg, mce_home, tmp_path_factory):
     from mce_dagster.ingest import ingest_paths
-    from mce_dagster.instance.local import write_local_config
     from mce_dagster.synthetic import write_export
 
     export = tmp_path_factory.mktemp("ui") / "sessions.json"
@@ -65,9 +64,12 @@ def ui(kg, mce_home, tmp_path_factory):
     assert len(ids) == SESSIONS
 
     home = mce_home / "dagster"
-    write_local_config(home)  # what `make dev` writes before `dagster dev`
     env = {**os.environ, "DAGSTER_HOME": str(home), "MCE_HOME": str(mce_home), "DAGSTER_EVENT_BATCH_SIZE": "1000"}
     env.pop("LLM_MODEL_NAME", None)  # judged metrics stay out, as without a key
+    # What `make dev` runs before `dagster dev`: the instance's dagster.yaml and its
+    # SQLite storage, made once (the webserver and the daemon, started together on
+    # no storage, race to create the same tables).
+    subprocess.run([sys.executable, "-m", "mce_dagster.instance.local", str(home)], env=env, check=True, timeout=120)
     dagster = DagsterProcesses(env, tmp_path_factory.mktemp("ui-logs"))
     dagster.start_webserver()
     dagster.start_daemon()
@@ -168,8 +170,7 @@ def backfill(ui):
 
     state = wait_for(finished, 300, "the backfill to finish", ui.dagster.log, every=2)
     print(f"\nbackfill of {len(chosen)} sessions x {len(ui.selection)} assets finished in {time.monotonic() - started:.0f} s")
-    ui.backfill = {"id": launched["backfillId"], "chosen": chosen, **state}
-    return ui.backfill
+    return {"id": launched["backfillId"], "chosen": chosen, **state}
 
 
 def test_the_sessions_partitions_are_listed_with_their_status(ui, backfill):
