@@ -12,8 +12,9 @@ The server answers each library's structured requests from the schema the reques
 carries and counts tokens with LiteLLM's tokenizer for the model (prompt: the
 messages sent; completion: the reply), so tokens and cost are those of the prompts
 each implementation builds; what the replies say is scripted, so the values compare
-the code paths, not the judges. Cost is from the project's price table. Prints a
-table and writes bench/results/providers.json.
+the code paths, not the judges. Judge seconds include importing the library in the
+run's process. Cost is from the project's price table. Prints a table and writes
+bench/results/providers.json.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def responder(model: str):
 
     def respond(req: Mapping[str, Any]) -> Completion:
         prompt_tokens = litellm.token_counter(model=model, messages=req["messages"])
-        reply = structured(req)
+        # A committal answer (Ragas's flag; the schema's first value would be 1, "evasive").
+        reply = structured(req, {"noncommittal": 0})
         if reply is not None:
             text = reply.text or (reply.tool_call[1] if reply.tool_call else "")
             reply.prompt_tokens = prompt_tokens

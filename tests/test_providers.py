@@ -175,6 +175,9 @@ def test_multi_agent_sessions_are_multi_turn(traces):
 
 
 def test_the_libraries_cases_carry_the_same_contents(traces):
+    from mce_dagster.providers import prepare_library_environment
+
+    prepare_library_environment()  # before DeepEval is imported: its folder under MCE_HOME
     from deepeval.test_case import ConversationalTestCase, LLMTestCase
     from ragas.messages import AIMessage, ToolMessage
 
