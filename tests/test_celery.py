@@ -130,6 +130,7 @@ def deployment(mce_home, broker, postgres_home):
             workers.append(subprocess.Popen(
                 [str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
                  "-y", str(REPO / "deploy" / "celery.yaml"), "-n", name, "--loglevel", "WARNING",
+                 "-i", "mce_dagster.definitions_celery",
                  "--", "--concurrency=1"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=mce_home,
             ))
