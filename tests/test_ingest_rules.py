@@ -373,6 +373,20 @@ def test_a_child_before_its_parent_is_placed_once_the_parent_arrives(kg, tmp_pat
     assert not orphans(kg)
 
 
+def test_a_session_stored_without_span_records_is_not_merged_into(kg, tmp_path):
+    """Sessions an older ingest wrote keep no record of their spans: rows arriving
+    later are refused with what to do, never mapped against a partial view."""
+    first = [row("old-wf", "app.workflow", session="old")]
+    assert ingest_paths([write(tmp_path, "old1.json", first)], kg).sessions == ["old"]
+    kg.backend.write([("MATCH (n:MASCall {sessionId: $s}) REMOVE n.ingestSpan", {"s": "old"})])
+    before = session_snapshot(kg, "old")
+    later = ingest_paths([write(tmp_path, "old2.json", [row("old-t", "t.tool", parent="old-wf", session="old")])], kg)
+    assert later.sessions == [] and later.problem_count == 1
+    assert "stored by an older mce ingest" in later.problems[0].reason and "--replace" in later.problems[0].reason
+    assert session_snapshot(kg, "old") == before
+    assert ingest_paths([write(tmp_path, "old1.json", first)], kg).unchanged == ["old"]
+
+
 def test_the_cli_exits_1_with_the_reason_when_nothing_is_ingested(mce_home, kg, tmp_path):
     from mce_dagster.cli import app
 
