@@ -210,6 +210,23 @@ def test_rows_of_a_stored_session_are_merged_a_changed_row_is_refused_and_replac
     assert not orphans(kg)
 
 
+def test_a_call_whose_only_row_of_a_stored_session_is_refused_records_it_once_then_leaves_it_unchanged(kg, tmp_path):
+    stored = write(tmp_path, "stored.json", [row("sp-only", "app.workflow", session="lone")])
+    other = write(tmp_path, "other.json", [{**row("sp-only", "app.workflow", session="lone"), "StatusCode": "Ok"}])
+    assert ingest_paths([stored], kg).sessions == ["lone"]
+
+    # The refusal is written into the session (its count of rows not placed) ...
+    first = ingest_paths([other], kg)
+    assert first.sessions == ["lone"] and first.spans == 0 and first.problem_count == 1
+    assert kg.read_contexts(["lone"])["lone"].session.props["rowsNotPlaced"] == 1
+    recorded = session_snapshot(kg, "lone")
+
+    # ... and the same call again is reported again, and changes nothing.
+    again = ingest_paths([other], kg)
+    assert again.sessions == [] and again.unchanged == ["lone"] and again.problem_count == 1
+    assert session_snapshot(kg, "lone") == recorded
+
+
 # -- 4. characters the graph cannot carry ------------------------------------------------------
 
 

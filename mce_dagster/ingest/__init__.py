@@ -269,8 +269,9 @@ class _Batch:
             sid = plan.session_id
             refused = (plan.refused | unplaced.get(sid, set())) - set(plan.digests.values())
             if plan.stored and not plan.new and refused == plan.refused:
-                if plan.same:
-                    self.report.unchanged.append(sid)
+                # Nothing to write: its rows are stored as they are, or refused
+                # again for the reasons already recorded.
+                self.report.unchanged.append(sid)
                 continue
             if not plan.spans:
                 continue
