@@ -82,5 +82,6 @@ def demo(
     out.print(
         "\nSee the same runs, assets and lineage in the Dagster UI:\n"
         f"  DAGSTER_HOME={settings.dagster_home} MCE_HOME={settings.mce_home} .venv/bin/dagster dev -w workspace.yaml\n"
-        f"One session's results: .venv/bin/mce kg metric get {report.sessions[0]} --recursive"
+        f"One session's results: .venv/bin/mce kg metric get {report.sessions[0]} --recursive\n"
+        "Distributions and roll-ups per app and agent, as one HTML page: .venv/bin/mce report"
     )

@@ -38,9 +38,10 @@ def ingest(
     by content: the ClickHouse OpenTelemetry exporter's (a JSON list of span rows,
     or an object of session id -> rows) and OTLP JSON (resourceSpans / scopeSpans /
     spans, as the Collector's file exporter or an OTLP/HTTP JSON body holds them).
-    Every span that cannot be placed is reported with the reason. Rows of a session
-    already in the graph are never merged into it: identical rows change nothing,
-    other rows are reported (use --replace to rebuild the session from these files)."""
+    Every span that cannot be placed is reported with the reason. New rows of a
+    session already in the graph are merged into it (a session may arrive in pieces);
+    identical rows change nothing; another version of a stored span is reported and
+    not taken (use --replace to rebuild the session from these files)."""
     started = time.perf_counter()
     # The number of sessions is known only once the files are read: the bar counts up.
     with progress("ingesting sessions", None) as advance:
