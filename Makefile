@@ -1,5 +1,7 @@
 # Everything installs into .venv/ in the repository: Python 3.12 (from pyenv's
-# .python-version), then the locked dependencies through uv.
+# .python-version), then the locked dependencies through uv. Bytecode is compiled at
+# install: where PYTHONDONTWRITEBYTECODE is set, every process (each CLI call, each test's
+# subprocess, each run worker) would otherwise compile Dagster and the rest from source.
 PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3)
 VENV := .venv
 INSTALLED := $(VENV)/.installed
@@ -10,7 +12,8 @@ UV_VERSION := 0.13.8
 $(INSTALLED): pyproject.toml uv.lock
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(VENV)/bin/uv || $(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv sync --frozen --quiet --python $(VENV)/bin/python
+	$(VENV)/bin/uv sync --frozen --quiet --compile-bytecode --python $(VENV)/bin/python
+	@$(VENV)/bin/python -m compileall -q mce_dagster
 	@touch $@
 
 install: $(INSTALLED)
