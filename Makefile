@@ -88,6 +88,14 @@ bench-scale: install
 	    $(VENV)/bin/python bench/scale.py --sessions $$n --backend $$backend --storage $$storage $(SCALE_ARGS) || exit 1; \
 	  done; done; done
 
+# N synthetic sessions through the mce CLI on the embedded default (synth, ingest, one
+# `mce compute --all`), on a fresh home: about two hours and 10 GB of disk at 100,000.
+#   make bench-backfill BACKFILL_SESSIONS=10000
+BACKFILL_SESSIONS ?= 100000
+.PHONY: bench-backfill
+bench-backfill: install
+	$(VENV)/bin/python bench/backfill.py --sessions $(BACKFILL_SESSIONS)
+
 # A Celery worker for the code location mce_dagster.definitions_celery (deploy/README.md):
 # it takes steps from the broker of RABBITMQ_URL and runs them on the instance and the
 # graph the run names (the local ones of $DAGSTER_HOME and $MCE_HOME here). One per
