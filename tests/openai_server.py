@@ -14,7 +14,9 @@ request carries: `response_format: json_schema` gets a JSON instance of that sch
 as the message content, a forced tool (`tools` with `tool_choice`) gets a tool call
 whose arguments are such an instance, and `response_format: json_object` (the JSON
 mode of clients such as instructor, which put the schema in the prompt) gets an
-instance of the schema the prompt holds. `values` fixes what chosen properties are
+instance of the schema the prompt holds. A plain request whose prompt asks for JSON
+shaped like an example it shows (DeepEval's G-Eval: "Example JSON: {...}") gets
+that example back, as a model following the prompt would. `values` fixes what chosen properties are
 filled with (`{"verdict": "no"}`), so a test can steer a library's score.
 """
 
@@ -170,6 +172,22 @@ def _schema_in_prompt(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def _example_in_prompt(request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The example object a prompt asking for JSON shows ("Example JSON: {...}"), if any."""
+    messages = request.get("messages") or []
+    content = messages[-1].get("content") if messages else None
+    if isinstance(content, list):
+        content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    if not isinstance(content, str) or "Example JSON" not in content:
+        return None
+    start = content.find("{", content.rfind("Example JSON"))
+    try:
+        found, _ = json.JSONDecoder().raw_decode(content[start:]) if start >= 0 else (None, 0)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def structured(request: Mapping[str, Any], values: Mapping[str, Any] | None = None) -> Completion | None:
     """The reply to a structured request, filled from its schema; None when the
     request asks for plain text."""
@@ -190,6 +208,8 @@ def structured(request: Mapping[str, Any], values: Mapping[str, Any] | None = No
         if schema is None:
             return None
         text = json.dumps(instance_of(schema, values))
+    elif (example := _example_in_prompt(request)) is not None:
+        text = json.dumps({key: (values or {}).get(key, value) for key, value in example.items()})
     else:
         return None
     return Completion(text, prompt_tokens=prompt_tokens_of(request), completion_tokens=approx_tokens(text))

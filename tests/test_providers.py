@@ -313,6 +313,18 @@ def test_deepeval_conversational_metrics_get_the_multi_turn_case(catalog, server
             assert turn.content.strip().splitlines()[0][:40] in sent.replace("\\n", "\n")
 
 
+def test_deepeval_role_adherence_takes_the_system_prompt_as_the_role(catalog, server, contexts):
+    with_role = {sid: ctx for sid, ctx in contexts.items() if session_cases.conversation(ctx).role}
+    assert with_role, "a real trace records a system prompt"
+    batch = run(catalog, "deepeval.RoleAdherence", contexts, Gateway(settings(server), PRICES))
+    assert not batch.failures and batch.evaluated == len(with_role)
+    assert batch.not_applicable == len(contexts) - len(with_role)
+    assert all(0.0 <= v.value <= 1.0 for by in batch.values.values() for v in by.values())
+    sent = "\n".join(_text_of(r) for r in server.requests).replace("\\n", "\n")
+    for ctx in with_role.values():
+        assert session_cases.conversation(ctx).role.strip().splitlines()[0][:40] in sent
+
+
 def test_a_server_error_fails_the_entity_after_the_retries_and_nothing_is_written(catalog, server, contexts):
     server.responder = lambda req: SERVER_ERROR
     batch = run(catalog, "deepeval.AnswerRelevancy", contexts, Gateway(settings(server, retries=1), PRICES))

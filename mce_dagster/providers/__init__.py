@@ -270,6 +270,8 @@ def prepare_library_environment() -> None:
     os.environ.setdefault("DEEPEVAL_CACHE_FOLDER", str(Settings.from_env().mce_home / "deepeval"))
     os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
     os.environ.setdefault("OPIK_TRACK_DISABLE", "true")
+    # Opik reports its errors, session text included, to Sentry unless told not to.
+    os.environ.setdefault("OPIK_SENTRY_ENABLE", "false")
     os.environ.setdefault("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/opik-disabled")
 
 
