@@ -25,5 +25,5 @@ def test_the_guard_is_seen_failing_the_bad_agents(tmp_path):
     assert report["rejected"]["hallucinator/membership"] == 1.0 and report["rejected"]["hallucinator/scoped"] == 1.0
     # membership cannot see a real number on the wrong entry; the scoped check can
     assert report["rejected"]["misattributor/membership"] == 0.0
-    assert report["rejected"]["misattributor/scoped"] > 0.8
+    assert report["rejected"]["misattributor/scoped"] >= 0.85  # MISATTRIBUTION_FLOOR
     assert report["answers_per_agent"] > 100
