@@ -32,6 +32,7 @@ JUDGED = [
     "deepeval.Toxicity",
     "ragas.AgentGoalAccuracy",
     "ragas.AnswerRelevancy",
+    "ragas.Faithfulness",
     "ragas.TopicAdherence",
     "opik.Hallucination",
 ]
