@@ -1,5 +1,6 @@
 """The Dagster definitions: the asset graph is the metric graph, and runs write
-the same values the plain functions compute."""
+the same values the plain functions compute, on each graph backend; the CLI and
+the Python client read back what the runs wrote."""
 
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ from test_ingest import row
 
 
 @pytest.fixture(scope="module")
-def defs(mce_home):
+def kg(backend_kg):
+    return backend_kg
+
+
+@pytest.fixture(scope="module")
+def defs(kg):
+    # Built once the backend's environment is in place: the resources follow it.
     return build_definitions(*runtime())
 
 
@@ -93,6 +100,21 @@ def test_one_run_over_a_batch_writes_what_the_functions_compute(defs, kg, sessio
     records = instance.fetch_materializations(dg.AssetKey(["Session", "Duration"]), limit=100).records
     assert sorted(r.partition_key for r in records) == sorted(sessions)
     assert {r.run_id for r in records} == {result.run_id}
+
+
+def test_the_cli_reads_back_what_the_runs_wrote(defs, kg, sessions, mce_home, tmp_path):
+    from test_cli import KEYS, mce
+
+    sid = next(s for s in sessions if s != "no-usage")
+    stored = {(r["scope"], r["name"], r["entityId"]): r["result"] for r in kg.read_results([sid])}
+    assert stored, "an earlier test of this module evaluated the session"
+    rows = json.loads(mce(mce_home, "kg", "metric", "get", sid, "--recursive", "--json", env={"DAGSTER_HOME": str(tmp_path)}).stdout)
+    assert rows and all(KEYS <= set(r) for r in rows)
+    assert {(r["scope"], r["metric"], r["entity_id"]): r["value"] for r in rows} == pytest.approx(stored)
+    status = json.loads(mce(mce_home, "kg", "status", "--json").stdout)
+    on_neo4j = type(kg.backend).__name__ == "Neo4jBackend"
+    assert status["where"].startswith("Neo4j" if on_neo4j else "embedded FalkorDB"), status["where"]
+    assert "OK" in mce(mce_home, "kg", "check").stdout
 
 
 def test_a_failure_is_metadata_never_a_zero(defs, kg, sessions):

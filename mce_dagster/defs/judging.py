@@ -48,6 +48,16 @@ def load_text(contexts: Mapping[str, SessionContext], knowledge_graph) -> int:
     return len(missing)
 
 
+def every_entity_failed(metric, contexts: Mapping[str, SessionContext], reason: str) -> MetricBatch:
+    """A batch in which every entity of the metric's scope failed for one reason
+    (no judge, a library not installed): nothing is written for any of them."""
+    batch = MetricBatch()
+    for sid, ctx in contexts.items():
+        batch.values[sid] = {}
+        batch.failures.extend(EntityFailure(sid, e.id, reason) for e in ctx.entities(metric.scope))
+    return batch
+
+
 def judge_batch(
     metric,
     contexts: Mapping[str, SessionContext],
@@ -60,12 +70,8 @@ def judge_batch(
 ) -> tuple[MetricBatch, dict[str, object]]:
     settings = Settings.from_env().judge
     if not settings.configured:
-        batch = MetricBatch()
-        for sid, ctx in contexts.items():
-            batch.values[sid] = {}
-            batch.failures.extend(EntityFailure(sid, e.id, NO_JUDGE) for e in ctx.entities(metric.scope))
         log.warning(f"{metric.key}: {NO_JUDGE}")
-        return batch, {"judge": "not configured"}
+        return every_entity_failed(metric, contexts, NO_JUDGE), {"judge": "not configured"}
     from ..judge import collect_tasks, run_judge
 
     load_text(contexts, knowledge_graph)
@@ -109,19 +115,11 @@ def provider_batch(
     settings = Settings.from_env().judge
     if not library_metric.library.available:
         reason = library_metric.library.missing
-        batch = MetricBatch()
-        for sid, ctx in contexts.items():
-            batch.values[sid] = {}
-            batch.failures.extend(EntityFailure(sid, e.id, reason) for e in ctx.entities(metric.scope))
         log.error(f"{metric.key}: {reason}")
-        return batch, {"provider": "unavailable"}
+        return every_entity_failed(metric, contexts, reason), {"provider": "unavailable"}
     if library_metric.needs_judge and not settings.configured:
-        batch = MetricBatch()
-        for sid, ctx in contexts.items():
-            batch.values[sid] = {}
-            batch.failures.extend(EntityFailure(sid, e.id, NO_JUDGE) for e in ctx.entities(metric.scope))
         log.warning(f"{metric.key}: {NO_JUDGE}")
-        return batch, {"judge": "not configured"}
+        return every_entity_failed(metric, contexts, NO_JUDGE), {"judge": "not configured"}
     load_text(contexts, knowledge_graph)
     gateway = None
     metadata: dict[str, object] = {"library": f"{library_metric.library.distribution} {library_metric.library.version}"}

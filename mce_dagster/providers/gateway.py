@@ -205,10 +205,8 @@ class Gateway:
         return final
 
     async def acompletion(self, original, meter: Meter, kwargs: dict[str, Any]) -> Any:
-        key = self._key(kwargs)
-        hit = self._from_cache(key)
+        key, hit = self._cached(meter, kwargs)
         if hit is not None:
-            self._count(meter, hit, cached=True)
             return hit
         estimate = self._estimate(kwargs)
         self.budget.reserve(estimate)
@@ -216,15 +214,12 @@ class Gateway:
         attempt = 0
         try:
             while True:
-                meter.calls += 1
-                self.stats.calls += 1
+                self._attempting(meter)
                 try:
                     response = await asyncio.wait_for(original(**self._prepared(kwargs)), timeout=self.settings.timeout + 10)
                     break
                 except Exception as exc:
-                    if self._give_up(meter, exc, attempt):
-                        raise ProviderCallError(meter.errors[-1]) from exc
-                    await asyncio.sleep(self._wait(exc, attempt))
+                    await asyncio.sleep(self._after_failure(meter, exc, attempt))
                     attempt += 1
             self._count(meter, response, cached=False)
         finally:
@@ -233,10 +228,9 @@ class Gateway:
         return response
 
     def completion(self, original, meter: Meter, kwargs: dict[str, Any]) -> Any:
-        key = self._key(kwargs)
-        hit = self._from_cache(key)
+        """The synchronous twin of `acompletion` (libraries call either)."""
+        key, hit = self._cached(meter, kwargs)
         if hit is not None:
-            self._count(meter, hit, cached=True)
             return hit
         estimate = self._estimate(kwargs)
         self.budget.reserve(estimate)
@@ -244,21 +238,36 @@ class Gateway:
         attempt = 0
         try:
             while True:
-                meter.calls += 1
-                self.stats.calls += 1
+                self._attempting(meter)
                 try:
                     response = original(**self._prepared(kwargs))
                     break
                 except Exception as exc:
-                    if self._give_up(meter, exc, attempt):
-                        raise ProviderCallError(meter.errors[-1]) from exc
-                    time.sleep(self._wait(exc, attempt))
+                    time.sleep(self._after_failure(meter, exc, attempt))
                     attempt += 1
             self._count(meter, response, cached=False)
         finally:
             self.budget.settle(estimate, self._cost_of(response))
         self._record(key, response)
         return response
+
+    def _cached(self, meter: Meter, kwargs: dict[str, Any]) -> tuple[str, Any | None]:
+        """The call's cache key, and its recorded reply (counted) if there is one."""
+        key = self._key(kwargs)
+        hit = self._from_cache(key)
+        if hit is not None:
+            self._count(meter, hit, cached=True)
+        return key, hit
+
+    def _attempting(self, meter: Meter) -> None:
+        meter.calls += 1
+        self.stats.calls += 1
+
+    def _after_failure(self, meter: Meter, exc: Exception, attempt: int) -> float:
+        """Seconds to wait before the next attempt; raises when this one was final."""
+        if self._give_up(meter, exc, attempt):
+            raise ProviderCallError(meter.errors[-1]) from exc
+        return self._wait(exc, attempt)
 
     async def aembedding(self, original, meter: Meter, kwargs: dict[str, Any]) -> Any:
         """An embedding request, at the judge's endpoint with the embedding model:
@@ -268,15 +277,12 @@ class Gateway:
         prepared = {**self._prepared(kwargs), "model": self._routed(model)}
         attempt = 0
         while True:
-            meter.calls += 1
-            self.stats.calls += 1
+            self._attempting(meter)
             try:
                 response = await asyncio.wait_for(original(**prepared), timeout=self.settings.timeout + 10)
                 break
             except Exception as exc:
-                if self._give_up(meter, exc, attempt):
-                    raise ProviderCallError(meter.errors[-1]) from exc
-                await asyncio.sleep(self._wait(exc, attempt))
+                await asyncio.sleep(self._after_failure(meter, exc, attempt))
                 attempt += 1
         self._count(meter, response, cached=False, model=model)
         self.budget.settle(0.0, self._cost_of(response, model))
