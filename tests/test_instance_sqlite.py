@@ -307,6 +307,42 @@ def test_a_batch_that_fails_halfway_is_written_once(tmp_path, capfd):
     assert sorted(instance.get_materialized_partitions(dg.AssetKey("a1"))) == GOOD
 
 
+def test_partition_keys_are_read_once_and_every_change_is_seen(tmp_path, monkeypatch):
+    """Dagster reads every key of the sessions definition for each asset of a run;
+    the project's storage reads them once while the table is unchanged, and sees a
+    change made through itself or through another instance (another process)."""
+    reads = []
+    fetch = SqlEventLogStorage.get_dynamic_partitions
+
+    def counted(self, name):
+        reads.append(name)
+        return fetch(self, name)
+
+    monkeypatch.setattr(SqlEventLogStorage, "get_dynamic_partitions", counted)
+    home = tmp_path / "project"
+    mine, other = open_instance(home, "project"), dg.DagsterInstance.from_config(str(home))
+    mine.add_dynamic_partitions("sessions", ["a", "b"])
+    assert [mine.get_dynamic_partitions("sessions") for _ in range(3)] == [["a", "b"]] * 3
+    assert len(reads) == 1
+    other.add_dynamic_partitions("sessions", ["c"])
+    assert mine.get_dynamic_partitions("sessions") == ["a", "b", "c"]
+    other.delete_dynamic_partition("sessions", "a")
+    assert mine.get_dynamic_partitions("sessions") == ["b", "c"]
+    mine.delete_dynamic_partition("sessions", "c")
+    mine.add_dynamic_partitions("sessions", ["d"])  # the freed id again, in the same second
+    assert mine.get_dynamic_partitions("sessions") == ["b", "d"]
+    assert other.get_dynamic_partitions("sessions") == ["b", "d"]
+    assert mine.get_dynamic_partitions("other") == []
+    # A run over a range of sessions resolves its keys from the cached list.
+    reads.clear()
+    keys = [f"s{i:03d}" for i in range(50)]
+    mine.add_dynamic_partitions("sessions", keys)
+    result = trivial.defs.resolve_job_def(trivial.JOB).execute_in_process(instance=mine, tags=span(keys[10:20]), run_config=QUIET)
+    assert result.success
+    assert sorted(mine.get_materialized_partitions(dg.AssetKey("a1"))) == keys[10:20]
+    assert 1 <= reads.count("sessions") <= 2, reads
+
+
 # -- files, formats and what the subclass rests on --------------------------------------
 
 

@@ -41,6 +41,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from .batch import latest_asset_rows, takes_fast_path
+from .partitions import CachedDynamicPartitions
 from .step_events import HeldStepEvents
 
 #: Connections a process keeps open (a run worker writes from one thread).
@@ -49,7 +50,7 @@ POOL_SIZE = 2
 POOL_RECYCLE_S = 1800
 
 
-class PooledPostgresEventLogStorage(PostgresEventLogStorage):
+class PooledPostgresEventLogStorage(CachedDynamicPartitions, PostgresEventLogStorage):
     """`event_log_storage: {module: mce_dagster.instance.postgres, class:
     PooledPostgresEventLogStorage, config: {postgres_db: ...}}` in dagster.yaml."""
 

@@ -35,12 +35,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
 from .batch import latest_asset_rows, takes_fast_path
+from .partitions import CachedDynamicPartitions
 
 #: Run shards whose engine stays open: a run writes one; the webserver reads many.
 MAX_OPEN_RUN_SHARDS = 8
 
 
-class PooledSqliteEventLogStorage(SqliteEventLogStorage):
+class PooledSqliteEventLogStorage(CachedDynamicPartitions, SqliteEventLogStorage):
     """`event_log_storage: {module: mce_dagster.instance.sqlite, class:
     PooledSqliteEventLogStorage, config: {base_dir: ...}}` in dagster.yaml."""
 
