@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -309,8 +310,11 @@ def test_a_batch_that_fails_halfway_is_written_once(tmp_path, capfd):
 
 def test_partition_keys_are_read_once_and_every_change_is_seen(tmp_path, monkeypatch):
     """Dagster reads every key of the sessions definition for each asset of a run;
-    the project's storage reads them once while the table is unchanged, and sees a
-    change made through itself or through another instance (another process)."""
+    the project's storage reads them once while the table shows no change, sees its
+    own changes and keys added by another instance (another process) at once, and a
+    deletion by another instance once its cached keys are MAX_AGE_S old."""
+    from mce_dagster.instance import partitions
+
     reads = []
     fetch = SqlEventLogStorage.get_dynamic_partitions
 
@@ -319,6 +323,7 @@ def test_partition_keys_are_read_once_and_every_change_is_seen(tmp_path, monkeyp
         return fetch(self, name)
 
     monkeypatch.setattr(SqlEventLogStorage, "get_dynamic_partitions", counted)
+    monkeypatch.setattr(partitions, "MAX_AGE_S", 0.5)
     home = tmp_path / "project"
     mine, other = open_instance(home, "project"), dg.DagsterInstance.from_config(str(home))
     mine.add_dynamic_partitions("sessions", ["a", "b"])
@@ -327,10 +332,13 @@ def test_partition_keys_are_read_once_and_every_change_is_seen(tmp_path, monkeyp
     other.add_dynamic_partitions("sessions", ["c"])
     assert mine.get_dynamic_partitions("sessions") == ["a", "b", "c"]
     other.delete_dynamic_partition("sessions", "a")
+    assert other.get_dynamic_partitions("sessions") == ["b", "c"]
+    time.sleep(0.6)
     assert mine.get_dynamic_partitions("sessions") == ["b", "c"]
     mine.delete_dynamic_partition("sessions", "c")
-    mine.add_dynamic_partitions("sessions", ["d"])  # the freed id again, in the same second
+    mine.add_dynamic_partitions("sessions", ["d"])  # SQLite gives it the freed id
     assert mine.get_dynamic_partitions("sessions") == ["b", "d"]
+    time.sleep(0.6)
     assert other.get_dynamic_partitions("sessions") == ["b", "d"]
     assert mine.get_dynamic_partitions("other") == []
     # A run over a range of sessions resolves its keys from the cached list.
