@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as db
 from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS, DagsterEventType
 from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.storage.event_log.schema import DynamicPartitionsTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
@@ -416,6 +417,11 @@ def test_the_private_dagster_parts_it_rests_on(tmp_path):
         DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED,
     }
     assert DagsterEventType.ASSET_MATERIALIZATION in ASSET_EVENTS
+    # The partition-key cache: the keys are read from this table, by these methods.
+    assert {"id", "partitions_def_name", "partition"} <= set(DynamicPartitionsTable.c.keys())
+    assert "DynamicPartitionsTable" in inspect.getsource(SqlEventLogStorage.get_dynamic_partitions)
+    for name in ("_check_partitions_table", "index_connection", "add_dynamic_partitions", "delete_dynamic_partition"):
+        assert callable(getattr(SqlEventLogStorage, name)), name
     # Failures are not stored on SQLite, so they never reach a batch.
     assert not PooledSqliteEventLogStorage(str(tmp_path)).can_store_asset_failure_events
     # SQLite must take multi-row RETURNING (3.35) for one insert per batch.
