@@ -89,7 +89,7 @@ bench-scale: install
 	  done; done; done
 
 # N synthetic sessions through the mce CLI on the embedded default (synth, ingest, one
-# `mce compute --all`), on a fresh home: about two hours and 10 GB of disk at 100,000.
+# `mce compute --all`), on a fresh home: about two and a half hours and 17 GB of disk at 100,000.
 #   make bench-backfill BACKFILL_SESSIONS=10000
 BACKFILL_SESSIONS ?= 100000
 .PHONY: bench-backfill
