@@ -64,13 +64,12 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="mce-backfill-"))
     work.mkdir(parents=True, exist_ok=True)
     home, dagster_home = work / "home", work / "dagster"
-    env = {**os.environ, "MCE_HOME": str(home), "DAGSTER_HOME": str(dagster_home),
-           "LLM_MODEL_NAME": "", "MODEL_PRICES_REFRESH": "false"}
-    for name in ("NEO4J_URI", "KG_DB_HOST", "DAGSTER_PG_HOST"):
-        env.pop(name, None)
-    os.environ.update({k: env[k] for k in ("MCE_HOME", "DAGSTER_HOME", "LLM_MODEL_NAME", "MODEL_PRICES_REFRESH")})
+    # The embedded default for the commands and for this process's checks alike.
+    os.environ.update({"MCE_HOME": str(home), "DAGSTER_HOME": str(dagster_home),
+                       "LLM_MODEL_NAME": "", "MODEL_PRICES_REFRESH": "false"})
     for name in ("NEO4J_URI", "KG_DB_HOST", "DAGSTER_PG_HOST"):
         os.environ.pop(name, None)
+    env = dict(os.environ)
 
     export = work / "sessions.json"
     out: dict = {"sessions": args.sessions, "seed": args.seed, "cpus": os.cpu_count()}

@@ -16,8 +16,8 @@ whose arguments are such an instance, and `response_format: json_object` (the JS
 mode of clients such as instructor, which put the schema in the prompt) gets an
 instance of the schema the prompt holds. A plain request whose prompt asks for JSON
 shaped like an example it shows (DeepEval's G-Eval: "Example JSON: {...}") gets
-that example back, as a model following the prompt would. `values` fixes what chosen properties are
-filled with (`{"verdict": "no"}`), so a test can steer a library's score.
+that example back, as a model following the prompt would. `values` fixes what
+chosen properties are filled with (`{"verdict": "no"}`), so a test can steer a library's score.
 """
 
 from __future__ import annotations
@@ -152,13 +152,19 @@ def instance_of(schema: Mapping[str, Any], values: Mapping[str, Any] | None = No
     return f"{name} as the evaluator sees it"
 
 
+def _text_of(message: Mapping[str, Any]) -> str | None:
+    """A message's text, its parts joined when it has several."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else None
+
+
 def _schema_in_prompt(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The JSON schema a JSON-mode prompt carries (after `json_schema:`), if any."""
     for message in reversed(request.get("messages") or []):
-        content = message.get("content")
-        if isinstance(content, list):
-            content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-        if not isinstance(content, str) or "json_schema" not in content:
+        content = _text_of(message)
+        if content is None or "json_schema" not in content:
             continue
         start = content.find("{", content.find("json_schema"))
         if start < 0:
@@ -175,10 +181,8 @@ def _schema_in_prompt(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _example_in_prompt(request: Mapping[str, Any]) -> dict[str, Any] | None:
     """The example object a prompt asking for JSON shows ("Example JSON: {...}"), if any."""
     messages = request.get("messages") or []
-    content = messages[-1].get("content") if messages else None
-    if isinstance(content, list):
-        content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-    if not isinstance(content, str) or "Example JSON" not in content:
+    content = _text_of(messages[-1]) if messages else None
+    if content is None or "Example JSON" not in content:
         return None
     start = content.find("{", content.rfind("Example JSON"))
     try:

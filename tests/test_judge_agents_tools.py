@@ -11,16 +11,12 @@ from builders import SessionBuilder
 from mce_dagster.catalog import load_catalog
 from mce_dagster.core.evaluate import evaluate_metric
 from mce_dagster.core.ontology import Label
-from mce_dagster.core.pricing import PriceTable
 from mce_dagster.core.text import CallText
 from mce_dagster.judge import collect_tasks, run_judge
 from mce_dagster.settings import JudgeSettings
 from openai_server import Completion, FakeOpenAI
+from test_providers import PRICES
 
-PRICES = PriceTable({
-    "gpt-4o": {"input_cost_per_token": 2.5e-6, "output_cost_per_token": 1e-5},
-    "gpt-4o-mini": {"input_cost_per_token": 1.5e-7, "output_cost_per_token": 6e-7},
-})
 
 
 def session():

@@ -56,11 +56,13 @@ class CachedDynamicPartitions:
         return list(keys)
 
     def add_dynamic_partitions(self, partitions_def_name: str, partition_keys: Sequence[str]) -> None:
-        self._partition_cache().pop(partitions_def_name, None)
-        super().add_dynamic_partitions(partitions_def_name, partition_keys)  # type: ignore[misc]
-        self._partition_cache().pop(partitions_def_name, None)
+        try:
+            super().add_dynamic_partitions(partitions_def_name, partition_keys)  # type: ignore[misc]
+        finally:
+            self._partition_cache().pop(partitions_def_name, None)
 
     def delete_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> None:
-        self._partition_cache().pop(partitions_def_name, None)
-        super().delete_dynamic_partition(partitions_def_name, partition_key)  # type: ignore[misc]
-        self._partition_cache().pop(partitions_def_name, None)
+        try:
+            super().delete_dynamic_partition(partitions_def_name, partition_key)  # type: ignore[misc]
+        finally:
+            self._partition_cache().pop(partitions_def_name, None)
