@@ -220,7 +220,8 @@ MATERIALIZATIONS = """query($keys: [AssetKeyInput!], $partition: String!) { asse
                           ... on MarkdownMetadataEntry { mdStr } } }
     assetChecksOrError { __typename ... on AssetChecks { checks { name
         executionForLatestMaterialization { runId status evaluation { success severity
-            metadataEntries { label } } } } } } } }"""
+            metadataEntries { label __typename ... on IntMetadataEntry { intValue }
+                              ... on FloatMetadataEntry { floatValue } } } } } } } } }"""
 
 
 def test_asset_checks_and_materialization_metadata_appear_after_the_run(ui, backfill, kg):
@@ -239,8 +240,14 @@ def test_asset_checks_and_materialization_metadata_appear_after_the_run(ui, back
         assert materialization["runId"] == run["id"] and materialization["partition"] == chosen[0], path
         meta = {e["label"]: e.get("intValue", e.get("floatValue", e.get("mdStr"))) for e in materialization["metadataEntries"]}
         checks = {c["name"]: c["executionForLatestMaterialization"] for c in node["assetChecksOrError"]["checks"]}
+        # The run's summary is on its check results (once per run, not per partition).
+        summary = {
+            name: {e["label"]: e.get("intValue", e.get("floatValue")) for e in execution["evaluation"]["metadataEntries"]}
+            for name, execution in checks.items() if execution is not None
+        }
         if path == path_of(SESSION_CONTEXT_KEY):
-            assert meta["sessions"] == len(chosen)
+            assert meta == {}, meta
+            assert summary[PLACED_CHECK]["sessions"] == len(chosen)
             assert set(checks) == {PLACED_CHECK}
         else:
             assert set(checks) == {COVERAGE_CHECK, RANGE_CHECK}, path
@@ -248,14 +255,17 @@ def test_asset_checks_and_materialization_metadata_appear_after_the_run(ui, back
             scope = Scope(path.split("/")[0])
             # The metadata counts what the graph holds: a stored result per evaluated
             # entity, and every entity of the scope accounted for.
-            assert meta["sessions"] == len(chosen), path
-            assert meta["evaluated"] == len(numbers), (path, meta, len(numbers))
+            assert summary[COVERAGE_CHECK]["sessions"] == len(chosen), path
+            assert meta["evaluated"] == len(numbers) == summary[COVERAGE_CHECK]["results_written"], (path, meta, summary)
             assert meta["failed"] == 0 and "failures" not in meta, (path, meta)
             entities = sum(len(c.entities(scope)) for c in contexts.values())
             assert meta["evaluated"] + meta["not_applicable"] == entities, (path, meta, entities)
+            spread = summary[RANGE_CHECK]
             if numbers:
-                assert math.isclose(meta["mean"], sum(numbers) / len(numbers), rel_tol=1e-6), (path, meta)
-                assert (meta["min"], meta["max"]) == pytest.approx((min(numbers), max(numbers))), (path, meta)
+                assert math.isclose(spread["mean"], sum(numbers) / len(numbers), rel_tol=1e-6), (path, spread)
+                assert (spread["min"], spread["max"]) == pytest.approx((min(numbers), max(numbers))), (path, spread)
+            else:
+                assert "mean" not in spread, (path, spread)
         # Each check ran in the backfill's run and passed on these sessions.
         for name, execution in checks.items():
             assert execution is not None, f"{path} {name}: no execution after the run"

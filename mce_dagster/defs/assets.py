@@ -62,8 +62,10 @@ def session_context(context: dg.AssetExecutionContext, knowledge_graph: Knowledg
     if absent:
         raise dg.Failure(str(UnknownSessionError(absent)), metadata={"absent": absent[:100]})
     calls = {label.value: sum(len(c.calls(label)) for c in contexts.values()) for label in (Label.AGENT_CALL, Label.LLM_CALL, Label.TOOL_CALL)}
-    yield dg.Output(contexts, metadata=_typed({"sessions": len(contexts), **{f"{k} nodes": v for k, v in calls.items()}}))
-    yield placed_result(contexts)
+    # The batch's counts go on the run's one check result, not on each partition's
+    # materialization (see checks.py).
+    yield dg.Output(contexts)
+    yield placed_result(contexts, _typed({"sessions": len(contexts), **{f"{k} nodes": v for k, v in calls.items()}}))
 
 
 def metric_node(metric: CatalogMetric) -> MetricNode:
@@ -178,22 +180,27 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
                 f"{metric.key} failed on {len(batch.failures)} of {len(batch.failures) + batch.evaluated + batch.not_applicable} "
                 f"entities, nothing written for them; first: {first.entity_id} (session {first.session_id}): {first.reason}"
             )
-        metadata: dict[str, object] = {
-            "sessions": len(session_context),
+        # Dagster repeats a batch's output metadata on every partition's materialization:
+        # it carries what the design asks of it (what was evaluated, not applicable,
+        # failed and why; the judge's calls and cost), and the rest of the run's summary
+        # goes once on the check results.
+        metadata = _typed({
             "evaluated": batch.evaluated,
             "not_applicable": batch.not_applicable,
             "failed": len(batch.failures),
-            **_summary(batch.values),
             **judge_metadata,
-        }
-        metadata = _typed(metadata)
+        })
         if batch.failures:
             rows = [(f.session_id, f.entity_id, f.reason) for f in batch.failures]
             metadata["failures"] = markdown_table(rows, ("session", "entity", "reason"))
         yield dg.Output(batch.values, metadata=metadata)
         # The IO manager has written the output by now: coverage counts what it stored.
         stored = stored_in_run(context.run.run_id, context.asset_key)
-        yield coverage_result(metric.scope, session_context, batch, batch.values if stored is None else stored)
-        yield range_result(d.value_range, batch.values)
+        written: dict[str, object] = {}
+        if stored is not None:
+            count = sum(len(by_entity) for by_entity in stored.values())
+            written = {"results_written": count, "results_rejected": batch.evaluated - count}
+        yield coverage_result(metric.scope, session_context, batch, batch.values if stored is None else stored, _typed(written))
+        yield range_result(d.value_range, batch.values, _typed(_summary(batch.values)))
 
     return compute

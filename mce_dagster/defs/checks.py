@@ -1,7 +1,10 @@
 """Asset checks computed in the asset bodies, from what each run evaluated.
 
 A run covers a batch of sessions, so each check result covers the run's
-partitions (not one partition): its metadata names the sessions that fail it.
+partitions (not one partition): its metadata names the sessions that fail it,
+and carries the run's summary of the asset (results written, mean, min, max).
+That summary is written once per run here rather than on each partition's
+materialization, where Dagster would repeat it for every session of the batch.
 Nothing here reads the graph: the checks use the session contexts and the
 results the asset already holds.
 """
@@ -72,6 +75,7 @@ def coverage_result(
     contexts: Mapping[str, SessionContext],
     batch: MetricBatch,
     stored: Mapping[str, Mapping[str, MetricValue]],
+    summary: Mapping[str, object] | None = None,
 ) -> dg.AssetCheckResult:
     """Entities of the scope, per session, against stored + not applicable + failed."""
     failed = {(f.session_id, f.entity_id) for f in batch.failures}
@@ -94,6 +98,7 @@ def coverage_result(
         "sessions": dg.MetadataValue.int(len(contexts)),
         "entities": dg.MetadataValue.int(entities),
         "missing": dg.MetadataValue.int(len(missing)),
+        **(summary or {}),
     }
     if missing:
         metadata["sessions with missing entities"] = dg.MetadataValue.text(_sessions_text(sessions))
@@ -118,7 +123,11 @@ def _outside(value: object, lo: float | None, hi: float | None) -> bool:
     return (lo is not None and value < lo - 1e-12) or (hi is not None and value > hi + 1e-12)
 
 
-def range_result(value_range: Sequence[float | None], values: Mapping[str, Mapping[str, MetricValue]]) -> dg.AssetCheckResult:
+def range_result(
+    value_range: Sequence[float | None],
+    values: Mapping[str, Mapping[str, MetricValue]],
+    summary: Mapping[str, object] | None = None,
+) -> dg.AssetCheckResult:
     lo, hi = value_range
     bad = [
         (sid, eid, repr(v.value))
@@ -128,7 +137,11 @@ def range_result(value_range: Sequence[float | None], values: Mapping[str, Mappi
     ]
     shown_range = range_text(value_range)
     sessions = sorted({b[0] for b in bad})
-    metadata: dict[str, object] = {"range": dg.MetadataValue.text(shown_range), "outside": dg.MetadataValue.int(len(bad))}
+    metadata: dict[str, object] = {
+        "range": dg.MetadataValue.text(shown_range),
+        "outside": dg.MetadataValue.int(len(bad)),
+        **(summary or {}),
+    }
     if bad:
         metadata["sessions with values outside"] = dg.MetadataValue.text(_sessions_text(sessions))
         metadata["values outside"] = markdown_table(bad, ("session", "entity", "value"))
@@ -140,10 +153,10 @@ def range_result(value_range: Sequence[float | None], values: Mapping[str, Mappi
     return dg.AssetCheckResult(check_name=RANGE_CHECK, passed=not bad, metadata=metadata, description=description)
 
 
-def placed_result(contexts: Mapping[str, SessionContext]) -> dg.AssetCheckResult:
+def placed_result(contexts: Mapping[str, SessionContext], summary: Mapping[str, object] | None = None) -> dg.AssetCheckResult:
     flagged = sorted((sid, int(ctx.session.get(ROWS_NOT_PLACED) or 0)) for sid, ctx in contexts.items() if ctx.session.get(ROWS_NOT_PLACED))
     sessions = [sid for sid, _ in flagged]
-    metadata: dict[str, object] = {"sessions flagged": dg.MetadataValue.int(len(flagged))}
+    metadata: dict[str, object] = {"sessions flagged": dg.MetadataValue.int(len(flagged)), **(summary or {})}
     if flagged:
         metadata["sessions with rows not placed"] = dg.MetadataValue.text(_sessions_text(sessions))
         metadata["rows not placed"] = markdown_table([(sid, str(n)) for sid, n in flagged], ("session", "rows not placed"))

@@ -181,7 +181,6 @@ class MetricResultIOManager(dg.ConfigurableIOManager):
                 if result_id(metric["name"], metric["provider"], e, metric["version"]) in written_ids
             }
         _cache_for(context.run_id)[tuple(context.asset_key.path)] = kept
-        context.add_output_metadata({"results_written": len(written_ids), "results_rejected": len(rejected) + len(missing)})
 
     def load_input(self, context: dg.InputContext) -> dict[str, dict[str, MetricValue]]:
         keys = _partition_keys(context)
