@@ -231,7 +231,8 @@ MERGE_METRICS = (
 
 def write_results(entity: Label) -> str:
     """One metric's results at one scope, in one statement (all rows or none). Rows
-    whose entity is missing are not written; the returned ids say which were."""
+    whose entity is missing are not written; the count returned says how many were
+    (one row back, not one per result: Neo4j streams every returned row)."""
     return (
         f"UNWIND $rows AS r "
         f"MATCH (e:{entity} {{id: r.entityId}}) "
@@ -239,8 +240,14 @@ def write_results(entity: Label) -> str:
         f"MERGE (x:{Label.METRIC_RESULT} {{id: r.id}}) SET x += r "
         f"MERGE (x)-[:{Rel.OF_METRIC_TYPE}]->(m) "
         f"MERGE (x)-[:{Rel.MEASURES}]->(e) "
-        "RETURN x.id AS id"
+        "RETURN count(x) AS written"
     )
+
+
+#: Which of these result ids are stored and attached to their entity.
+RESULTS_ATTACHED = (
+    f"UNWIND $ids AS i MATCH (x:{Label.METRIC_RESULT} {{id: i}})-[:{Rel.MEASURES}]->() RETURN x.id AS id"
+)
 
 
 READ_RESULTS = (

@@ -326,8 +326,11 @@ class KnowledgeGraph:
         if rows:
             statements.append((cypher.write_results(Label(scope.value)), {"rows": rows}))
         out = self.backend.write(statements)
-        written = {r["id"] for r in out[-1]} if rows else set()
-        return [r["entityId"] for r in rows if r["id"] not in written]
+        if not rows or out[-1][0]["written"] == len(rows):
+            return []
+        # Some entities are not in the graph (rare): which, in a second look.
+        attached = {r["id"] for r in self.backend.query(cypher.RESULTS_ATTACHED, {"ids": [r["id"] for r in rows]})}
+        return [r["entityId"] for r in rows if r["id"] not in attached]
 
     def read_results(
         self,
