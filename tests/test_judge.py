@@ -217,6 +217,10 @@ def test_record_then_replay_reports_the_same_value_and_cost(server, tmp_path):
     # The key covers the temperature: another temperature is another entry.
     again, _ = run_judge(tasks(1), settings(server, cache="replay", temperature=0.5, cache_path=tmp_path / "c.sqlite"), PRICES)
     assert again["s"]["e0"].error
+    # And the endpoint: the same model name behind another server is another entry.
+    elsewhere = settings(server, cache="replay", base_url=server.base_url.replace("127.0.0.1", "localhost"), cache_path=tmp_path / "c.sqlite")
+    moved, _ = run_judge(tasks(1), elsewhere, PRICES)
+    assert moved["s"]["e0"].error and "replay" in moved["s"]["e0"].error
 
 
 WRITER = """

@@ -19,7 +19,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mce_dagster"
 INTERFACES = ("cli", "client.py", "service.py", "serve")
-BACKEND_MODULES = ("mce_dagster.graph.store", "mce_dagster.graph.embedded", "mce_dagster.graph.backends", "falkordb", "neo4j", "redis")
+BACKEND_MODULES = ("mce_dagster.graph.store", "mce_dagster.graph.embedded", "mce_dagster.graph.neo4j", "falkordb", "neo4j", "redis")
 HEAVY = ("litellm", "deepeval", "ragas", "opik")
 
 

@@ -2,9 +2,9 @@
 writers in one process or many (each write is one autocommitted statement, and a
 writer waits for the lock instead of failing).
 
-The key covers everything that changes an answer: the model, every message, the
-temperature, the log-probability flag and depth, the reply's token limit, the
-sample index. An entry keeps the text, the log-probabilities and the usage, so a
+The key covers everything that changes an answer: the model and its endpoint,
+every message, the temperature, the log-probability flag and depth, the reply's
+token limit, the sample index. An entry keeps the text, the log-probabilities and the usage, so a
 replayed run reports the same tokens and cost as the recorded one.
 """
 

@@ -183,6 +183,10 @@ class JudgeClient:
             params["top_logprobs"] = TOP_LOGPROBS
         return params
 
+    def _cache_key(self, params: Mapping[str, Any]) -> str:
+        # The endpoint too: the same model name behind another server is another model.
+        return cache_key({**params, "endpoint": self.settings.base_url})
+
     def logprobs_rejected(self) -> str | None:
         reason = _LOGPROBS_REJECTED.get(self.model)
         if reason is None and self.cache is not None:
@@ -290,7 +294,7 @@ class JudgeClient:
         rejected = self.logprobs_rejected() if want_logprobs else None
         logprobs = want_logprobs and rejected is None
         params = self._params(messages, sample, logprobs)
-        key = cache_key(params)
+        key = self._cache_key(params)
         mode = self.settings.cache if self.cache is not None else "off"
         if mode in ("live", "replay"):
             hit = self.cache.get(key)
@@ -315,7 +319,7 @@ class JudgeClient:
                     self.cache.record_logprobs_rejected(self.model, rejected)
                 log.warning("judge model %s refuses log-probabilities (%s); retrying without them", self.model, rejected)
                 params = self._params(messages, sample, False)
-                key = cache_key(params)
+                key = self._cache_key(params)
                 reply = await self._call_with_retries(params)
             actual = self._cost(reply)
         finally:

@@ -113,6 +113,7 @@ class Gateway:
         params = {k: _jsonable(v) for k, v in kwargs.items() if k not in _TRANSPORT}
         params["model"] = self.settings.model
         params["caller"] = "provider"
+        params["endpoint"] = self.settings.base_url  # the same model name elsewhere is another model
         return cache_key(params)
 
     def _prepared(self, kwargs: dict[str, Any]) -> dict[str, Any]:
