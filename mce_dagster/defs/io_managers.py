@@ -170,16 +170,9 @@ class MetricResultIOManager(dg.ConfigurableIOManager):
             missing = self.knowledge_graph.open().write_results(metric_node, Scope(metric["scope"]), nodes)
         for entity_id in missing:
             context.log.error(f"result not written: {metric['asset']}: entity {entity_id} is not in the graph")
-        written_ids = {n.id for n in nodes} - {
-            result_id(metric["name"], metric["provider"], e, metric["version"]) for e in missing
-        }
-        kept: dict[str, dict[str, MetricValue]] = {}
-        for session_id, by_entity in obj.items():
-            kept[session_id] = {
-                e: v
-                for e, v in by_entity.items()
-                if result_id(metric["name"], metric["provider"], e, metric["version"]) in written_ids
-            }
+        not_found = set(missing)
+        written = {(n.sessionId, n.entityId) for n in nodes if n.entityId not in not_found}
+        kept = {sid: {e: v for e, v in by_entity.items() if (sid, e) in written} for sid, by_entity in obj.items()}
         _cache_for(context.run_id)[tuple(context.asset_key.path)] = kept
 
     def load_input(self, context: dg.InputContext) -> dict[str, dict[str, MetricValue]]:
