@@ -110,6 +110,15 @@ def instance_answers(instance: dg.DagsterInstance, defs: dg.Definitions) -> dict
                 "in_progress": sorted(cached.deserialize_in_progress_partition_subsets(part).get_partition_keys()),
             }
         assets[key.to_user_string()] = answer
+    # Each check's executions (planned, then evaluated) by run: a run's check plans
+    # are stored one by one, after its planned materializations, in the same batch.
+    checks = {
+        check.to_user_string(): sorted(
+            (position[r.run_id], r.status.value)
+            for r in instance.event_log_storage.get_asset_check_execution_history(check, limit=10_000)
+        )
+        for check in sorted(graph.asset_check_keys, key=lambda k: k.to_user_string())
+    }
     history = []
     for run in runs:
         stats = instance.get_run_stats(run.run_id)
@@ -121,7 +130,7 @@ def instance_answers(instance: dg.DagsterInstance, defs: dg.Definitions) -> dict
             "steps": (stats.steps_succeeded, stats.steps_failed, stats.materializations),
             "events": dict(sorted(events.items())),
         })
-    return {"assets": assets, "runs": history}
+    return {"assets": assets, "checks": checks, "runs": history}
 
 
 GRAPHQL = """
@@ -265,6 +274,11 @@ def test_the_default_job_gives_the_same_answers_on_both_storages(project_session
     answers = seen["project"][0]["assets"]
     token = answers["LLMCall/TokenCount"]
     assert any('"failed": "1"' in m for _, m in token["metadata"]), token["metadata"]  # it failed on no-usage
+    checks = seen["project"][0]["checks"]
+    # Each check of the job ran in the good run; the failed run planned it (the plans
+    # are stored) and never ran it. Checks of metrics the job leaves out have none.
+    in_job = {k: runs for k, runs in checks.items() if runs}
+    assert len(in_job) > 40 and all(runs == [(0, "SUCCEEDED"), (1, "PLANNED")] for runs in in_job.values()), in_job
     duration = answers["Session/Duration"]
     assert duration["cache"]["failed"] == sorted([project_sessions[-1], "ghost"])
     assert duration["materialized"] == sorted(project_sessions)

@@ -4,15 +4,16 @@ and the asset rows a batch leaves."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 from typing import Any
 
 from dagster._core.events import DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 
-# Batches of these (all that Dagster batches but asset check plans, and failures,
-# which SQLite does not store) are written a statement per table; others event by
-# event, still in one transaction.
+# Runs of these in a batch (all that Dagster batches but asset check plans, and
+# failures, which SQLite does not store) are written a statement per table; other
+# events one by one, still in the batch's transaction.
 FAST_TYPES = frozenset(
     {
         DagsterEventType.ASSET_MATERIALIZATION,
@@ -22,8 +23,11 @@ FAST_TYPES = frozenset(
 )
 
 
-def takes_fast_path(events: Sequence[EventLogEntry]) -> bool:
-    return all(event.dagster_event_type in FAST_TYPES for event in events)
+def runs_by_path(events: Sequence[EventLogEntry]) -> list[tuple[bool, list[EventLogEntry]]]:
+    """Consecutive events that take the statement-per-table path, and those that do not.
+    A run's planned events end with its asset check plans: those few go one by one,
+    the planned materializations before them in the same batch do not."""
+    return [(fast, list(run)) for fast, run in groupby(events, key=lambda e: e.dagster_event_type in FAST_TYPES)]
 
 
 def latest_asset_rows(

@@ -25,7 +25,6 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from itertools import groupby
 from typing import Any
 
 from dagster._config.config_schema import UserConfigSchema
@@ -40,7 +39,7 @@ from dagster_postgres.utils import create_pg_connection, create_pg_engine, get_t
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
-from .batch import latest_asset_rows, takes_fast_path
+from .batch import latest_asset_rows, runs_by_path
 from .partitions import CachedDynamicPartitions
 from .step_events import HeldStepEvents
 
@@ -138,7 +137,7 @@ class PooledPostgresEventLogStorage(CachedDynamicPartitions, PostgresEventLogSto
             with conn.begin():
                 self._batch.conn = conn
                 try:
-                    for fast, run in _runs_by_path(events):
+                    for fast, run in runs_by_path(events):
                         if fast:
                             self._write_asset_events(conn, run)
                         else:
@@ -179,7 +178,3 @@ class PooledPostgresEventLogStorage(CachedDynamicPartitions, PostgresEventLogSto
             known.add(table_name)
         return found
 
-
-def _runs_by_path(events: Sequence[EventLogEntry]) -> list[tuple[bool, list[EventLogEntry]]]:
-    """Consecutive events that take the statement-per-table path, and those that do not."""
-    return [(fast, list(run)) for fast, run in groupby(events, key=lambda e: takes_fast_path([e]))]

@@ -34,7 +34,7 @@ from dagster._serdes import ConfigurableClassData
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
-from .batch import latest_asset_rows, takes_fast_path
+from .batch import latest_asset_rows, runs_by_path
 from .partitions import CachedDynamicPartitions
 
 #: Run shards whose engine stays open: a run writes one; the webserver reads many.
@@ -158,12 +158,13 @@ class PooledSqliteEventLogStorage(CachedDynamicPartitions, SqliteEventLogStorage
                     # `last` are this batch's.
                     run_conn.execute(SqlEventLogStorageTable.delete().where(db.false()))
                     last = run_conn.execute(db.select(db.func.max(SqlEventLogStorageTable.c.id))).scalar() or 0
-                    if takes_fast_path(events):
-                        self._write_asset_events(run_conn, index_conn, events)
-                    else:
-                        # Stock code, event by event; its connects join the two transactions.
-                        for event in events:
-                            self.store_event(event)
+                    for fast, run in runs_by_path(events):
+                        if fast:
+                            self._write_asset_events(run_conn, index_conn, run)
+                        else:
+                            # Stock code, event by event; its connects join the two transactions.
+                            for event in run:
+                                self.store_event(event)
                     run_tx.commit()
                 except BaseException:
                     if run_tx.is_active:
