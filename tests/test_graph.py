@@ -122,6 +122,31 @@ def test_processes_share_one_store(tmp_path):
         EmbeddedFalkorDB(home).stop()
 
 
+def test_a_killed_server_keeps_what_was_written_from_its_append_only_file(tmp_path):
+    import os
+    import signal
+
+    from mce_dagster.graph.store import KnowledgeGraph, embedded_backend
+
+    home = tmp_path / "h3"
+    server = EmbeddedFalkorDB(home)
+    kg = KnowledgeGraph(embedded_backend(home))
+    try:
+        kg.backend.query("CREATE (:Session {id: 'kept', sessionId: 'kept', startTime: 0.0})")
+        # No periodic snapshot: the append-only file alone is the store.
+        assert kg.backend._db.connection.config_get("save") == {"save": ""}
+        time.sleep(1.5)  # appendfsync everysec
+        os.kill(server.pid(), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while server.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not server.is_running()
+        assert not list(home.rglob("graph.rdb"))  # nothing came from a snapshot
+        assert KnowledgeGraph(embedded_backend(home)).session_ids() == ["kept"]
+    finally:
+        server.stop()
+
+
 def test_server_outlives_its_starter_and_keeps_data(tmp_path):
     from mce_dagster.graph.store import KnowledgeGraph, embedded_backend
 
