@@ -6,7 +6,7 @@ server. Its `store_event_batch` batches only materializations or only observatio
 in two connections (so not atomically), and hands planned events to the one-by-one
 loop. Here connections are pooled, and every batch is one transaction: asset events
 with a statement per table (the rows stock `store_event` writes, the asset row as the
-events in order would leave it), any other batch by stock `store_event`, whose
+events in order would leave it), any other event by stock `store_event`, whose
 connects join that transaction. Same tables: stock storage reads them.
 
 A step's materializations are held until the step ends and stored with its

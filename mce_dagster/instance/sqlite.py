@@ -5,7 +5,7 @@ every connection it opens and another for every `has_table`, and has no
 `store_event_batch` of its own, so a batch is written event by event. Here each shard
 (one SQLite file per run plus the `index` shard) keeps one engine, and a batch is
 written in one transaction per shard: asset events with a statement per table, the
-same rows stock `store_event` writes; any other batch by stock `store_event`, whose
+same rows stock `store_event` writes; any other event by stock `store_event`, whose
 connects join those transactions. Same files, same schema: stock storage reads them.
 
 This rests on private parts of the pinned dagster (`_connect`, `_initdb`,
