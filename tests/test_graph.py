@@ -123,7 +123,6 @@ def test_processes_share_one_store(tmp_path):
 
 
 def test_a_killed_server_keeps_what_was_written_from_its_append_only_file(tmp_path):
-    import os
     import signal
 
     from mce_dagster.graph.store import KnowledgeGraph, embedded_backend
