@@ -93,42 +93,52 @@ def to_result_nodes(
     """Validated result nodes, and the reasons for those that do not fit."""
     nodes, rejected = [], []
     lo, hi = metric["value_range"]
+    name, provider, version = metric["name"], metric["provider"], metric["version"]
+    scope = Scope(metric["scope"])
+
+    def where(session_id: str, entity_id: str) -> str:
+        return f"{metric['asset']} on {entity_id} (session {session_id})"
+
     for session_id, by_entity in values.items():
         for entity_id, value in by_entity.items():
-            where = f"{metric['asset']} on {entity_id} (session {session_id})"
-            if not isinstance(value.value, (int, float)) or isinstance(value.value, bool):
-                rejected.append(f"{where}: value {value.value!r} is not a number")
+            number = value.value
+            if not isinstance(number, (int, float)) or isinstance(number, bool):
+                rejected.append(f"{where(session_id, entity_id)}: value {number!r} is not a number")
                 continue
-            if (lo is not None and value.value < lo - 1e-12) or (hi is not None and value.value > hi + 1e-12):
-                rejected.append(f"{where}: value {value.value!r} is outside the metric's range [{lo}, {hi}]")
+            if (lo is not None and number < lo - 1e-12) or (hi is not None and number > hi + 1e-12):
+                rejected.append(f"{where(session_id, entity_id)}: value {number!r} is outside the metric's range [{lo}, {hi}]")
                 continue
+            prompt, completion = value.evaluation_prompt_tokens, value.evaluation_completion_tokens
             try:
                 nodes.append(
                     MetricResultNode(
-                        id=result_id(metric["name"], metric["provider"], entity_id, metric["version"]),
-                        name=metric["name"],
-                        provider=metric["provider"],
-                        scope=Scope(metric["scope"]),
+                        id=result_id(name, provider, entity_id, version),
+                        name=name,
+                        provider=provider,
+                        scope=scope,
                         entityId=entity_id,
                         sessionId=session_id,
-                        result=float(value.value),
+                        result=float(number),
                         reasoning=value.reasoning,
                         numerator=value.numerator,
                         denominator=value.denominator,
                         metadata=json.dumps(dict(value.metadata), sort_keys=True) if value.metadata else None,
                         evaluationModel=value.evaluation_model,
                         evaluationMethod=value.evaluation_method,
-                        evaluationPromptTokenCount=value.evaluation_prompt_tokens,
-                        evaluationCompletionTokenCount=value.evaluation_completion_tokens,
-                        evaluationTotalTokenCount=value.evaluation_prompt_tokens + value.evaluation_completion_tokens,
+                        evaluationPromptTokenCount=prompt,
+                        evaluationCompletionTokenCount=completion,
+                        evaluationTotalTokenCount=prompt + completion,
                         evaluationCost=value.evaluation_cost,
-                        metricVersion=metric["version"],
+                        metricVersion=version,
                         computedAt=now,
                         runId=run_id,
                     )
                 )
             except ValidationError as exc:  # not finite, or a field that does not fit
-                rejected.append(f"{where}: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+                rejected.append(
+                    f"{where(session_id, entity_id)}: "
+                    + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                )
     return nodes, rejected
 
 

@@ -29,8 +29,13 @@ from ..errors import GraphUnavailableError, ServiceError
 _UNREACHABLE = (ServiceUnavailable, SessionExpired, ConnectionAcquisitionTimeoutError, OSError)
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """Driver values (nodes, temporal types) as the plain values FalkorDB returns."""
+    if type(value) in _SCALARS:  # nearly every value read: one lookup, not three isinstance
+        return value
     if isinstance(value, (neo4j.graph.Node, neo4j.graph.Relationship)):
         return dict(value)
     if isinstance(value, list):
