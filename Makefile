@@ -89,12 +89,14 @@ bench-scale: install
 	  done; done; done
 
 # N synthetic sessions through the mce CLI on the embedded default (synth, ingest, one
-# `mce compute --all`), on a fresh home: about two and a half hours and 17 GB of disk at 100,000.
+# `mce compute --all --workers $(BACKFILL_WORKERS)`), on a fresh home: hours and 17 GB
+# of disk at 100,000 (README, "Scale").
 #   make bench-backfill BACKFILL_SESSIONS=10000
 BACKFILL_SESSIONS ?= 100000
+BACKFILL_WORKERS ?= 2
 .PHONY: bench-backfill
 bench-backfill: install
-	$(VENV)/bin/python bench/backfill.py --sessions $(BACKFILL_SESSIONS)
+	$(VENV)/bin/python bench/backfill.py --sessions $(BACKFILL_SESSIONS) --workers $(BACKFILL_WORKERS)
 
 # A Celery worker for the code location mce_dagster.definitions_celery (deploy/README.md):
 # it takes steps from the broker of RABBITMQ_URL and runs them on the instance and the

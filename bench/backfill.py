@@ -2,13 +2,18 @@
 user would run them: `mce synth`, `mce ingest`, then one `mce compute --all` that
 registers every session as a partition and evaluates them all, batch by batch.
 
-    .venv/bin/python bench/backfill.py --sessions 100000      # make bench-backfill
+    .venv/bin/python bench/backfill.py --sessions 100000 --workers 2   # make bench-backfill
 
 Each command runs in a process of its own, on a fresh MCE_HOME and DAGSTER_HOME
 (the local SQLite instance), with no judge; its wall time and peak RSS are reported,
 and the embedded graph server's peak RSS at the end. It then checks what a user would:
 every session is a registered partition, no session was left without results, and
 every run succeeded. Writes bench/results/backfill-<N>.json.
+
+`--reuse` (with `--work`) evaluates the sessions a previous call ingested there
+again: synth and ingest are skipped, the Dagster instance starts empty (so the
+backfill registers every partition itself), and results already in the graph are
+replaced. The graph server is left running at the end, for the next call.
 """
 
 from __future__ import annotations
@@ -59,7 +64,11 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--work", type=Path, help="where the export, graph and instance go (default: a temporary directory)")
+    parser.add_argument("--workers", type=int, default=1, help="`mce compute --workers`: runs at once")
+    parser.add_argument("--reuse", action="store_true", help="evaluate the sessions already ingested in --work")
     args = parser.parse_args()
+    if args.reuse and not (args.work and (args.work / "home").is_dir()):
+        parser.error("--reuse needs the --work directory of an earlier call")
 
     work = args.work or Path(tempfile.mkdtemp(prefix="mce-backfill-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -72,13 +81,16 @@ def main() -> None:
     env = dict(os.environ)
 
     export = work / "sessions.json"
-    out: dict = {"sessions": args.sessions, "seed": args.seed, "cpus": os.cpu_count()}
+    out: dict = {"sessions": args.sessions, "seed": args.seed, "cpus": os.cpu_count(), "workers": args.workers, "reused": args.reuse}
     print(f"{args.sessions} sessions through the mce CLI, embedded graph, local SQLite instance, in {work}", flush=True)
     try:
-        out["synth"] = run("synth", ["synth", str(export), "--sessions", str(args.sessions), "--seed", str(args.seed)], env)
+        if args.reuse:
+            shutil.rmtree(dagster_home, ignore_errors=True)
+        else:
+            out["synth"] = run("synth", ["synth", str(export), "--sessions", str(args.sessions), "--seed", str(args.seed)], env)
+            out["ingest"] = run("ingest", ["ingest", str(export)], env)
         out["export_mb"] = export.stat().st_size / 2**20
-        out["ingest"] = run("ingest", ["ingest", str(export)], env)
-        out["compute"] = run("compute", ["compute", "--all", "--json"], env)
+        out["compute"] = run("compute", ["compute", "--all", "--json", "--workers", str(args.workers)], env)
         out["graph_server_peak_mb"] = server_peak_mb(home)
         outcome = json.loads(out["compute"].pop("stdout"))
         out["runs"] = len(outcome["runs"])
@@ -97,16 +109,19 @@ def main() -> None:
     finally:
         from mce_dagster.graph.embedded import EmbeddedFalkorDB
 
-        EmbeddedFalkorDB(home).stop()
         if not args.work:
+            EmbeddedFalkorDB(home).stop()
             shutil.rmtree(work, ignore_errors=True)
 
-    for step in ("synth", "ingest"):
-        out[step].pop("stdout", None)
-    out["ingest_sessions_per_s"] = args.sessions / out["ingest"]["seconds"]
+    ingest = ""
+    if not args.reuse:
+        for step in ("synth", "ingest"):
+            out[step].pop("stdout", None)
+        out["ingest_sessions_per_s"] = args.sessions / out["ingest"]["seconds"]
+        ingest = f"ingest {out['ingest_sessions_per_s']:.1f} sessions/s; "
     out["compute_sessions_per_s"] = args.sessions / out["compute"]["seconds"]
-    print(f"export {out['export_mb']:.0f} MB; ingest {out['ingest_sessions_per_s']:.1f} sessions/s; "
-          f"compute {out['compute_sessions_per_s']:.1f} sessions/s in {out['runs']} runs; graph server peak {out['graph_server_peak_mb'] or 0:.0f} MB")
+    print(f"export {out['export_mb']:.0f} MB; {ingest}compute {out['compute_sessions_per_s']:.1f} sessions/s in {out['runs']} runs "
+          f"({args.workers} at once); graph server peak {out['graph_server_peak_mb'] or 0:.0f} MB")
     print(f"{out['partitions']} partitions registered, {out['results']} results stored, "
           f"{out['sessions_without_results']} sessions without results, {len(out['failed_runs'])} failed runs")
     results = BENCH / "results"

@@ -33,6 +33,9 @@ class EngineSettings(BaseModel):
     # Sessions evaluated per run (sensor ticks and `mce compute --all`).
     batch_size: int = Field(500, ge=1, le=100_000)
     ingest_batch_size: int = Field(200, ge=1, le=100_000)
+    # Runs `mce compute` keeps going at once, each in a process of its own (a core
+    # each: a run uses about one core, the graph server a fraction of another).
+    workers: int = Field(1, ge=1, le=64)
 
 
 class ProviderSection(BaseModel):

@@ -6,7 +6,7 @@ Runs are recorded in the Dagster instance under DAGSTER_HOME (default
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,9 +14,15 @@ import dagster as dg
 
 from .core.ontology import Scope
 from .defs.partitions import SESSIONS
-from .errors import UnknownSessionError
+from .errors import ServiceError, UnknownSessionError
 from .graph import open_graph
-from .instance.local import LOCAL_INSTANCE_YAML, open_local_instance, run_tags, set_run_environment  # noqa: F401
+from .instance.local import (  # noqa: F401
+    LOCAL_INSTANCE_YAML,
+    fail_runs_of_dead_processes,
+    open_local_instance,
+    run_tags,
+    set_run_environment,
+)
 from .settings import Settings
 
 RANGE_START = "dagster/asset_partition_range_start"
@@ -111,11 +117,13 @@ def compute_sessions(
     quiet: bool = True,
     budget_usd: float | None = None,
     on_run: Callable[[int], None] | None = None,
+    workers: int | None = None,
 ) -> ComputeOutcome:
     """Evaluate the enabled metrics (or `metrics`, with what they depend on) on the
     given sessions, one Dagster run per contiguous batch. `on_run(n)` is told each
-    finished run's number of sessions (a progress bar)."""
-    from .defs.jobs import EVALUATE_JOB
+    finished run's number of sessions (a progress bar). `workers` (default: the
+    engine's `workers` setting): how many runs go at once, each in a process of its
+    own on the same instance and graph; one runs them in this process."""
     from .definitions import defs, runtime
 
     catalog, config = runtime()
@@ -167,40 +175,139 @@ def compute_sessions(
     population = [m for m in selected if m.scope is Scope.POPULATION]
     # Population metrics alone need no session run: they read the graph themselves.
     batches = contiguous_ranges(ids, ordered, size) if len(population) < len(selected) else []
-    for batch in batches:
-        tags = {RANGE_START: batch[0], RANGE_END: batch[-1], SESSIONS_TAG: str(len(batch)), **run_tags()}
-        run_config = dict(QUIET_RUN_CONFIG) if quiet else {}
-        if budget_usd is not None and judged:
-            from .defs.assets import asset_key
-
-            # One ceiling over every run of this call: each run gets what is left.
-            remaining = max(0.0, budget_usd - outcome.judge_cost)
-            run_config["ops"] = {asset_key(m.key).to_python_identifier(): {"config": {"budget_usd": remaining}} for m in judged}
-        run_config = run_config or None
-        if selection is None:
-            result = defs.resolve_job_def(EVALUATE_JOB).execute_in_process(
-                instance=instance, tags=tags, raise_on_error=raise_on_error, run_config=run_config
-            )
-        else:
-            result = dg.materialize(
-                assets=list(defs.assets or []),
-                selection=selection,
-                resources=defs.resources,
-                instance=instance,
-                tags=tags,
-                raise_on_error=raise_on_error,
-                run_config=run_config,
-            )
-        outcome.runs.append(result.run_id)
-        _count_failures(result, outcome.failed_entities)
-        _judge_totals(result, outcome)
-        if not result.success:
-            outcome.failed_runs.append(result.run_id)
+    in_parallel = min(workers or config.engine.workers, len(batches))
+    if budget_usd is not None and judged:
+        in_parallel = 1  # each run's share of the budget is what the runs before it left
+    for done in _run_batches(batches, selection, instance, raise_on_error, quiet, in_parallel, _budget_config(budget_usd, judged, outcome)):
+        outcome.runs.append(done.run_id)
+        for name, n in done.failed_entities.items():
+            outcome.failed_entities[name] = outcome.failed_entities.get(name, 0) + n
+        outcome.judge_cost += done.judge_cost
+        outcome.judge_calls += done.judge_calls
+        if not done.success:
+            outcome.failed_runs.append(done.run_id)
         if on_run:
-            on_run(len(batch))
+            on_run(done.sessions)
     if population:
         _compute_population(defs, population, instance, outcome, raise_on_error, quiet)
     return outcome
+
+
+@dataclass
+class BatchOutcome:
+    """What `compute_sessions` keeps of one run (picklable: it may come from a worker)."""
+
+    run_id: str
+    success: bool
+    sessions: int
+    failed_entities: dict[str, int] = field(default_factory=dict)
+    judge_cost: float = 0.0
+    judge_calls: int = 0
+
+
+def _budget_config(budget_usd: float | None, judged: list, outcome: ComputeOutcome) -> Callable[[], dict]:
+    """Run config of the next run: the judged metrics' share of the budget."""
+
+    def ops() -> dict:
+        if budget_usd is None or not judged:
+            return {}
+        from .defs.assets import asset_key
+
+        # One ceiling over every run of this call: each run gets what is left.
+        remaining = max(0.0, budget_usd - outcome.judge_cost)
+        return {asset_key(m.key).to_python_identifier(): {"config": {"budget_usd": remaining}} for m in judged}
+
+    return ops
+
+
+def _execute_batch(
+    instance: dg.DagsterInstance, selection: list | None, batch: list[str], ops: dict, raise_on_error: bool, quiet: bool
+) -> BatchOutcome:
+    """One Dagster run over a contiguous batch of session partitions."""
+    from .defs.jobs import EVALUATE_JOB
+    from .definitions import defs
+
+    tags = {RANGE_START: batch[0], RANGE_END: batch[-1], SESSIONS_TAG: str(len(batch)), **run_tags()}
+    run_config = {**(QUIET_RUN_CONFIG if quiet else {}), **({"ops": ops} if ops else {})} or None
+    if selection is None:
+        result = defs.resolve_job_def(EVALUATE_JOB).execute_in_process(
+            instance=instance, tags=tags, raise_on_error=raise_on_error, run_config=run_config
+        )
+    else:
+        result = dg.materialize(
+            assets=list(defs.assets or []),
+            selection=selection,
+            resources=defs.resources,
+            instance=instance,
+            tags=tags,
+            raise_on_error=raise_on_error,
+            run_config=run_config,
+        )
+    totals = ComputeOutcome()
+    _count_failures(result, totals.failed_entities)
+    _judge_totals(result, totals)
+    return BatchOutcome(result.run_id, result.success, len(batch), totals.failed_entities, totals.judge_cost, totals.judge_calls)
+
+
+def _run_batches(
+    batches: list[list[str]],
+    selection: list | None,
+    instance: dg.DagsterInstance,
+    raise_on_error: bool,
+    quiet: bool,
+    workers: int,
+    ops: Callable[[], dict],
+) -> Iterator[BatchOutcome]:
+    """The batches' runs, in order: here one after the other, or `workers` at once in
+    worker processes, each opening the same instance from its ref."""
+    ref = instance.get_ref() if workers > 1 and not instance.is_ephemeral else None
+    if ref is None:
+        for batch in batches:
+            yield _execute_batch(instance, selection, batch, ops(), raise_on_error, quiet)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    # spawn, not fork: the parent holds open connections and Dagster's threads.
+    context = multiprocessing.get_context("spawn")
+    before = set(multiprocessing.active_children())
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_open_worker_instance, initargs=(ref,)) as pool:
+        futures = [pool.submit(_execute_in_worker, selection, batch, ops(), raise_on_error, quiet) for batch in batches]
+        finished = 0
+        try:
+            for future in futures:
+                yield future.result()
+                finished += 1
+        except BrokenProcessPool:
+            # The pool interrupts the other workers' runs (Dagster marks them failed)
+            # and then waits for workers that an interrupted run leaves waiting for
+            # more work: end them, so that nothing waits forever.
+            for worker in set(multiprocessing.active_children()) - before:
+                worker.kill()
+            pool.shutdown(wait=True, cancel_futures=True)
+            failed = fail_runs_of_dead_processes(instance)
+            raise ServiceError(
+                f"a worker process of this evaluation ended abruptly (killed, or out of memory) when {finished} of "
+                f"{len(batches)} runs had finished; the runs in progress are marked failed "
+                f"({', '.join(failed) or 'none was left unfinished'}); running the command again evaluates the sessions anew"
+            ) from None
+        finally:
+            for future in futures:  # those not started yet; the running ones finish
+                future.cancel()
+
+
+_worker_instance: dg.DagsterInstance | None = None
+
+
+def _open_worker_instance(ref) -> None:
+    global _worker_instance
+    _worker_instance = dg.DagsterInstance.from_ref(ref)
+
+
+def _execute_in_worker(selection: list | None, batch: list[str], ops: dict, raise_on_error: bool, quiet: bool) -> BatchOutcome:
+    assert _worker_instance is not None, "the worker's instance is opened by its initializer"
+    return _execute_batch(_worker_instance, selection, batch, ops, raise_on_error, quiet)
 
 
 def _compute_population(defs, metrics, instance, outcome: ComputeOutcome, raise_on_error: bool, quiet: bool) -> None:

@@ -100,11 +100,13 @@ def compute(
     budget_usd: float | None = None,
     on_run: Callable[[int], None] | None = None,
     quiet: bool = True,
+    workers: int | None = None,
 ) -> "ComputeOutcome":
     """Evaluate the enabled metrics (or `metrics` and what they depend on) through
     the Dagster definitions; results land in the graph. `budget_usd`: a ceiling on
     judge spend over the whole call (else MCE_JUDGE_BUDGET_USD); `on_run(n)`: told
-    each finished run's sessions; `quiet`: Dagster's run log shows warnings only."""
+    each finished run's sessions; `quiet`: Dagster's run log shows warnings only;
+    `workers`: runs at once, each in a process of its own (else the engine setting)."""
     from .runner import compute_sessions
     from .settings import Settings
 
@@ -112,7 +114,9 @@ def compute(
         budget_usd = Settings.from_env().judge.budget_usd
     if budget_usd is not None and budget_usd < 0:
         raise InputError(f"--budget {budget_usd} must be 0 or more (USD)")
-    return compute_sessions(session_ids, metrics, budget_usd=budget_usd, on_run=on_run, quiet=quiet)
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers {workers} must be 1 or more")
+    return compute_sessions(session_ids, metrics, budget_usd=budget_usd, on_run=on_run, quiet=quiet, workers=workers)
 
 
 # -- reading results ------------------------------------------------------------

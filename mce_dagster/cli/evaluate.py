@@ -108,11 +108,15 @@ def compute(
         typer.Option(help="Ceiling on judge spend in USD; past it, the remaining judge calls are not made and those entities fail."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON (runs, failures, judge spend).")] = False,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(help="Runs at once, each in a process of its own (default: engine.workers in mce_config.yaml, 1)."),
+    ] = None,
 ) -> None:
     """Evaluate metrics on sessions through the Dagster definitions."""
     selected = service.parse_metric_list(metrics)
     ids = service.sessions_to_evaluate(session_ids or [], all_sessions)
-    outcome, elapsed = evaluate(ids, selected, budget, as_json=as_json)
+    outcome, elapsed = evaluate(ids, selected, budget, as_json=as_json, workers=workers)
     if as_json:
         print(json.dumps(_compute_json(outcome, elapsed), indent=1))
         if not outcome.success or outcome.failed_entities:
@@ -139,12 +143,12 @@ def _compute_json(outcome: "ComputeOutcome", elapsed: float) -> dict:
 
 
 def evaluate(
-    ids: list[str], metrics: list[str] | None = None, budget: float | None = None, as_json: bool = False
+    ids: list[str], metrics: list[str] | None = None, budget: float | None = None, as_json: bool = False, workers: int | None = None
 ) -> tuple["ComputeOutcome", float]:
     started = time.perf_counter()
     with progress("evaluating sessions", len(ids)) as advance:
         # -vv shows Dagster's own run log (every event) on stderr.
-        outcome = service.compute(ids, metrics, budget, on_run=advance, quiet=_output.verbosity < 2)
+        outcome = service.compute(ids, metrics, budget, on_run=advance, quiet=_output.verbosity < 2, workers=workers)
     elapsed = time.perf_counter() - started
     if outcome.skipped_judged:
         err.print(f"[yellow]judged metrics skipped ({len(outcome.skipped_judged)}):[/yellow] {escape(outcome.skip_reason or '')}", highlight=False)
