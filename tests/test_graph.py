@@ -55,6 +55,30 @@ def test_results_are_written_linked_and_idempotent(kg, two_sessions):
     assert values == [(1, 5.0), (2, 7.0)]
 
 
+def test_new_results_are_created_and_one_stored_meanwhile_is_merged_not_doubled(kg, two_sessions, monkeypatch):
+    sent: list[str] = []
+    write = kg.backend.write
+
+    def spy(statements):
+        sent.extend("create" if "CREATE (x:MetricResult)" in s else "merge" for s, _ in statements if "(x:MetricResult" in s and "UNWIND" in s)
+        return write(statements)
+
+    monkeypatch.setattr(kg.backend, "write", spy)
+    assert kg.write_results(METRIC, Scope.SESSION, [result("g1", "g1", 1.0, version=8), result("g2", "g2", 2.0, version=8)]) == []
+    assert sent == (["create"] if kg.backend.enforces_unique_ids else ["merge"])
+    # g2 stored meanwhile (another run): g1's first row is new, so Neo4j tries the
+    # create, which fails whole on g2's id, and merges instead.
+    kg.write_results(METRIC, Scope.SESSION, [result("g2", "g2", 3.0, version=9)])
+    sent.clear()
+    assert kg.write_results(METRIC, Scope.SESSION, [result("g1", "g1", 4.0, version=9), result("g2", "g2", 5.0, version=9)]) == []
+    assert sent == (["create", "merge"] if kg.backend.enforces_unique_ids else ["merge"])
+    rows = kg.backend.query(
+        "MATCH (x:MetricResult {name: 'Probe'})-[:ofMetricType]->(:Metric {name: 'Probe'}) WHERE x.metricVersion IN [8, 9] "
+        "MATCH (x)-[:measures]->(s:Session) RETURN x.metricVersion AS v, s.id AS s, x.result AS r ORDER BY v, s"
+    )
+    assert rows == [{"v": 8, "s": "g1", "r": 1.0}, {"v": 8, "s": "g2", "r": 2.0}, {"v": 9, "s": "g1", "r": 4.0}, {"v": 9, "s": "g2", "r": 5.0}]
+
+
 def test_a_result_for_a_missing_entity_is_not_written(kg, two_sessions):
     missing = kg.write_results(METRIC, Scope.SESSION, [result("nope", "g1", 3.0), result("g2", "g2", 4.0)])
     assert missing == ["nope"]

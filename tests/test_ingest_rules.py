@@ -443,7 +443,7 @@ class FlakyBackend:
 
     def __init__(self, backend, fail_on: set[int], after: bool = False):
         self.inner, self.fail_on, self.after, self.calls = backend, fail_on, after, 0
-        self.name = backend.name
+        self.name, self.enforces_unique_ids = backend.name, backend.enforces_unique_ids
 
     def query(self, statement, params=None):
         return self.inner.query(statement, params)

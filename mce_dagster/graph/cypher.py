@@ -244,6 +244,24 @@ def write_results(entity: Label) -> str:
     )
 
 
+def create_results(entity: Label) -> str:
+    """`write_results` for results the graph does not hold yet: `CREATE`, not
+    `MERGE`, about half of Neo4j's work per row. Only where the graph enforces
+    unique result ids (Neo4j's constraint), so that a result stored meanwhile
+    fails the whole statement instead of being doubled; the caller then merges."""
+    return (
+        f"UNWIND $rows AS r "
+        f"MATCH (e:{entity} {{id: r.entityId}}) "
+        f"MATCH (m:{Label.METRIC} {{name: r.name, provider: r.provider}}) "
+        f"CREATE (x:{Label.METRIC_RESULT})-[:{Rel.OF_METRIC_TYPE}]->(m) "
+        f"CREATE (x)-[:{Rel.MEASURES}]->(e) "
+        "SET x = r "
+        "RETURN count(x) AS written"
+    )
+
+
+RESULT_STORED = f"MATCH (x:{Label.METRIC_RESULT} {{id: $id}}) RETURN count(x) AS n"
+
 #: Which of these result ids are stored and attached to their entity.
 RESULTS_ATTACHED = (
     f"UNWIND $ids AS i MATCH (x:{Label.METRIC_RESULT} {{id: i}})-[:{Rel.MEASURES}]->() RETURN x.id AS id"

@@ -14,6 +14,7 @@ from typing import Any
 import neo4j
 from neo4j.exceptions import (
     ClientError,
+    ConstraintError,
     ConnectionAcquisitionTimeoutError,
     IncompleteCommit,
     Neo4jError,
@@ -24,6 +25,7 @@ from neo4j.exceptions import (
 
 from ..core.storable import escaped
 from ..errors import GraphUnavailableError, ServiceError
+from .store import DuplicateIdError
 
 # What a server that is down or a connection that dropped raises.
 _UNREACHABLE = (ServiceUnavailable, SessionExpired, ConnectionAcquisitionTimeoutError, OSError)
@@ -47,6 +49,8 @@ def _plain(value: Any) -> Any:
 
 class Neo4jBackend:
     name = "neo4j"
+    # Ids are unique by constraint (cypher.SCHEMA): a duplicate fails its transaction.
+    enforces_unique_ids = True
 
     def __init__(self, uri: str, user: str, password: str, database: str | None = None, *, retry_time_s: float = 30.0):
         self.uri = uri
@@ -82,13 +86,16 @@ class Neo4jBackend:
         try:
             with self._session() as session:
                 return session.execute_write(work)
+        except ConstraintError as exc:
+            raise DuplicateIdError(exc.message or str(exc)) from None
         except (*_UNREACHABLE, TransientError) as exc:
             raise self._unavailable(exc) from None
 
     def _unavailable(self, exc: Exception) -> GraphUnavailableError:
         """The error a caller sees once the driver's own retries are spent."""
         if isinstance(exc, IncompleteCommit):
-            # The commit may have landed: every write of the project is an idempotent MERGE.
+            # The commit may have landed: every write of the project may be repeated (a
+            # MERGE, or a CREATE of unique ids that then fails and is merged instead).
             written = "the connection dropped during the commit, which may or may not have been applied"
         else:
             written = "nothing of this transaction was written"

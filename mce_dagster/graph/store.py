@@ -23,8 +23,15 @@ from . import cypher
 log = logging.getLogger(__name__)
 
 
+class DuplicateIdError(Exception):
+    """A write would store a second node with an id the graph holds unique."""
+
+
 class GraphBackend(Protocol):
     name: str
+    #: Whether a statement creating a node with a taken unique id fails (with
+    #: DuplicateIdError) rather than storing a duplicate.
+    enforces_unique_ids: bool
 
     def query(self, statement: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]: ...
 
@@ -41,6 +48,8 @@ class FalkorDBBackend:
     """FalkorDB over a socket: the embedded server (see `embedded`) or a remote one."""
 
     name = "falkordb"
+    # Its schema here is plain indexes: results are always merged.
+    enforces_unique_ids = False
 
     def __init__(self, *, unix_socket_path: str | None = None, host: str = "127.0.0.1", port: int = 6379, graph: str = "mce"):
         from falkordb import FalkorDB
@@ -322,10 +331,18 @@ class KnowledgeGraph:
         """Write one metric's results at one scope as one statement: the whole batch
         or none of it. Returns the ids of entities that were not found (not written)."""
         rows = [r.as_row() for r in results]
-        statements: list[tuple[str, Mapping[str, Any]]] = [(cypher.MERGE_METRICS, {"rows": [metric.model_dump()]})]
-        if rows:
-            statements.append((cypher.write_results(Label(scope.value)), {"rows": rows}))
-        out = self.backend.write(statements)
+        metric_row = (cypher.MERGE_METRICS, {"rows": [metric.model_dump()]})
+        merge = [metric_row, *([(cypher.write_results(Label(scope.value)), {"rows": rows})] if rows else [])]
+        # A first evaluation creates its results; a batch holding any stored result
+        # (a re-evaluation, a retried write) or one another run stores meanwhile
+        # (the create then fails whole) merges them.
+        if rows and self.backend.enforces_unique_ids and not self.backend.query(cypher.RESULT_STORED, {"id": rows[0]["id"]})[0]["n"]:
+            try:
+                out = self.backend.write([metric_row, (cypher.create_results(Label(scope.value)), {"rows": rows})])
+            except DuplicateIdError:
+                out = self.backend.write(merge)
+        else:
+            out = self.backend.write(merge)
         if not rows or out[-1][0]["written"] == len(rows):
             return []
         # Some entities are not in the graph (rare): which, in a second look.
