@@ -183,3 +183,68 @@ def test_server_outlives_its_starter_and_keeps_data(tmp_path):
     kg2 = KnowledgeGraph(embedded_backend(home))  # restarted from its files
     assert kg2.session_ids() == ["kept"]
     server.stop()
+
+
+class _LoadingServer:
+    """A Unix socket that speaks RESP like a redis-server still reading its files:
+    every command gets `-LOADING` until `ready` is set, then PING gets `+PONG`."""
+
+    def __init__(self, path):
+        import socket
+        import threading
+
+        self.ready = threading.Event()
+        self.commands = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(16)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import threading
+
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
+        with conn:
+            while data := conn.recv(4096):
+                self.commands += 1
+                if not self.ready.is_set():
+                    reply = b"-LOADING Redis is loading the dataset in memory\r\n"
+                elif b"HELLO" in data.upper():  # the client's RESP3 handshake
+                    reply = b"%2\r\n$6\r\nserver\r\n$5\r\nredis\r\n$5\r\nproto\r\n:3\r\n"
+                else:  # the client's other setup commands get OK; PING gets PONG
+                    reply = b"+PONG\r\n" if b"PING" in data.upper() else b"+OK\r\n"
+                conn.sendall(reply * max(1, data.count(b"*")))
+
+    def close(self):
+        self._sock.close()
+
+
+def test_a_server_loading_a_large_graph_is_waited_for_and_never_started_twice(tmp_path):
+    """A large graph takes minutes to load, answering LOADING meanwhile: callers wait
+    (up to the load deadline), and none starts a second server on the same files."""
+    import threading
+
+    from mce_dagster.graph.embedded import EmbeddedServerError
+
+    server = EmbeddedFalkorDB(tmp_path / "h4")
+    fake = _LoadingServer(server.socket_path)
+    try:
+        assert server._state() == "loading" and not server.is_running()
+        started = time.monotonic()
+        with pytest.raises(EmbeddedServerError, match="still loading its data at the deadline"):
+            server.ensure_running(timeout_s=0.5, load_timeout_s=1.5)
+        assert time.monotonic() - started >= 1.5
+        assert server.pid() is None and not server.log_file.exists()  # no server was started
+        threading.Timer(1.0, fake.ready.set).start()
+        assert server.ensure_running(timeout_s=0.5, load_timeout_s=30) == server.socket_path
+        assert fake.commands > 3  # it asked again while the graph loaded
+    finally:
+        fake.close()

@@ -58,17 +58,24 @@ class EmbeddedFalkorDB:
             socket = Path(tempfile.gettempdir()) / f"mce-falkordb-{digest}.sock"
         self.socket_path = socket
 
-    def _ping(self) -> bool:
+    def _state(self) -> str:
+        """"up" (answers), "loading" (started, still reading its files: minutes for a
+        large graph) or "down"."""
         if not self.socket_path.exists():
-            return False
+            return "down"
         try:
             client = redis.Redis(unix_socket_path=str(self.socket_path), socket_connect_timeout=1)
             try:
-                return bool(client.ping())
+                return "up" if client.ping() else "down"
             finally:
                 client.close()
+        except redis.BusyLoadingError:  # a ConnectionError too: asked first
+            return "loading"
         except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return False
+            return "down"
+
+    def _ping(self) -> bool:
+        return self._state() == "up"
 
     @contextmanager
     def _locked(self):
@@ -80,13 +87,18 @@ class EmbeddedFalkorDB:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def ensure_running(self, timeout_s: float = 15.0) -> Path:
-        """Start the server unless one already answers; return its socket path."""
+    def ensure_running(self, timeout_s: float = 15.0, load_timeout_s: float = 3600.0) -> Path:
+        """Start the server unless one already runs; return its socket path once it
+        answers. A server still loading its files (a large graph takes minutes) is
+        waited for, up to `load_timeout_s`, never started twice."""
         if self._ping():
             return self.socket_path
         with self._locked():
-            if self._ping():
+            state = self._state()
+            if state == "up":
                 return self.socket_path
+            if state == "loading":
+                return self._await_loaded(time.monotonic() + load_timeout_s)
             server, module = _binaries()
             if self.socket_path.exists():
                 self.socket_path.unlink()  # left behind by a server that died
@@ -115,11 +127,26 @@ class EmbeddedFalkorDB:
                 )
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
-                if self._ping():
+                state = self._state()
+                if state == "up":
                     return self.socket_path
+                if state == "loading":
+                    return self._await_loaded(time.monotonic() + load_timeout_s)
                 time.sleep(0.02)
-            tail = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
-            raise EmbeddedServerError(f"the embedded FalkorDB did not answer within {timeout_s} s; log:\n{tail}")
+            raise EmbeddedServerError(f"the embedded FalkorDB did not answer within {timeout_s} s; log:\n{self._log_tail()}")
+
+    def _await_loaded(self, deadline: float) -> Path:
+        while time.monotonic() < deadline:
+            state = self._state()
+            if state == "up":
+                return self.socket_path
+            if state == "down":
+                raise EmbeddedServerError(f"the embedded FalkorDB stopped while loading its data; log:\n{self._log_tail()}")
+            time.sleep(0.2)
+        raise EmbeddedServerError(f"the embedded FalkorDB was still loading its data at the deadline; log:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        return self.log_file.read_text(errors="replace")[-2000:] if self.log_file.exists() else ""
 
     def pid(self) -> int | None:
         try:
@@ -132,7 +159,7 @@ class EmbeddedFalkorDB:
 
     def stop(self, timeout_s: float = 10.0) -> bool:
         """Stop the server (saving its data); False when none was running."""
-        if not self._ping():
+        if self._state() == "down":
             return False
         try:
             client = redis.Redis(unix_socket_path=str(self.socket_path))
@@ -140,9 +167,9 @@ class EmbeddedFalkorDB:
         except redis.ConnectionError:
             pass  # the server closes the connection as it shuts down
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self._ping():
+        while time.monotonic() < deadline and self._state() != "down":
             time.sleep(0.05)
         pid = self.pid()
-        if self._ping() and pid:
+        if self._state() != "down" and pid:
             os.kill(pid, signal.SIGTERM)
         return True
