@@ -104,7 +104,11 @@ class EmbeddedFalkorDB:
                 self.socket_path.unlink()  # left behind by a server that died
             command = [
                 str(server),
-                "--loadmodule", str(module),
+                # One query at a time. Two runs reading at once right after a
+                # 100,000-session ingestion crashed the server (SIGSEGV inside a
+                # matrix product, another read in flight); serialized, the reads of
+                # `mce compute --workers` only wait their turn.
+                "--loadmodule", str(module), "THREAD_COUNT", "1",
                 "--port", "0",
                 "--unixsocket", str(self.socket_path),
                 "--unixsocketperm", "700",
