@@ -20,7 +20,7 @@ class CuttableProxy:
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._down_until = 0.0
-        self._trigger: tuple[bytes, float, Callable[[], None] | None] | None = None
+        self._trigger: tuple[tuple[bytes, ...], float, Callable[[], None] | None] | None = None
         self.cuts = 0
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -43,10 +43,10 @@ class CuttableProxy:
             for s in pair:
                 _close(s)
 
-    def cut_on(self, marker: bytes, seconds: float, then: Callable[[], None] | None = None) -> None:
-        """Cut (once) when a client sends `marker`, before it reaches the server;
-        `then` runs during the outage."""
-        self._trigger = (marker, seconds, then)
+    def cut_on(self, marker: bytes | tuple[bytes, ...], seconds: float, then: Callable[[], None] | None = None) -> None:
+        """Cut (once) when a client sends `marker` (or any of several), before it
+        reaches the server; `then` runs during the outage."""
+        self._trigger = (marker if isinstance(marker, tuple) else (marker,), seconds, then)
 
     def close(self) -> None:
         self._closed = True
@@ -94,7 +94,7 @@ class CuttableProxy:
     def _fires(self, data: bytes) -> bool:
         with self._lock:
             trigger = self._trigger
-            if trigger is None or trigger[0] not in data:
+            if trigger is None or not any(m in data for m in trigger[0]):
                 return False
             self._trigger = None
         marker, seconds, then = trigger

@@ -54,7 +54,8 @@ MALFORMED = [b"not json", b'{"session": "no id"}', b'{"session_id": 42}']
 SESSION_METRIC = ("Duration", "Session")
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
-RESULT_WRITE = b"MERGE (x:MetricResult"
+# A batch of results as written: created on a first evaluation, merged otherwise.
+RESULT_WRITE = (b"CREATE (x:MetricResult)", b"MERGE (x:MetricResult")
 
 
 # -- the services --------------------------------------------------------------------
