@@ -14,8 +14,8 @@ from typing import Any
 import neo4j
 from neo4j.exceptions import (
     ClientError,
-    ConstraintError,
     ConnectionAcquisitionTimeoutError,
+    ConstraintError,
     IncompleteCommit,
     Neo4jError,
     ServiceUnavailable,
