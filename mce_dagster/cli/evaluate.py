@@ -110,7 +110,7 @@ def compute(
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON (runs, failures, judge spend).")] = False,
     workers: Annotated[
         Optional[int],
-        typer.Option(help="Runs at once, each in a process of its own (default: engine.workers in mce_config.yaml, 1)."),
+        typer.Option(min=1, help="Runs at once, each in a process of its own (default: engine.workers in mce_config.yaml, 1)."),
     ] = None,
 ) -> None:
     """Evaluate metrics on sessions through the Dagster definitions."""
