@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.ontology import Label, Scope
 from .errors import InputError, UnknownMetricError, UnknownSessionError
+from .files import partial_path
 from .graph import KnowledgeGraph, describe, open_graph, stop_embedded_server
 from .results import TABLE_FORMATS, ResultSelection, TableWriter, frame, to_public
 
@@ -298,10 +299,11 @@ def export_results(
     output = Path(output)
     if output.is_dir() or not output.parent.is_dir():
         raise InputError(f"cannot write {output}: " + ("it is a directory" if output.is_dir() else f"the directory {output.parent} does not exist"))
-    partial = output.with_name(output.name + ".partial")
+    partial = partial_path(output)  # unique: two exports to one file do not mix their rows
     try:
         writer = TableWriter(partial, fmt)
     except OSError as exc:
+        partial.unlink(missing_ok=True)
         raise InputError(f"cannot write {output}: {exc}") from None
     sessions = 0
     try:

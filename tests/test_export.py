@@ -190,6 +190,20 @@ def test_batches_bound_what_is_read_not_what_is_written(mce_home, sessions, out)
     assert list(selection.batches(1)) == [["a"], ["b"], ["c"], ["d"], ["e"]]
 
 
+def test_two_exports_to_one_file_at_once_each_write_it_whole(mce_home, sessions, out):
+    from test_files import at_once
+
+    from mce_dagster.service import export_results, select_results
+
+    whole = out / "alone.parquet"
+    export(mce_home, whole)
+    path = out / "twice.parquet"
+    outcomes = at_once(lambda: export_results(select_results(), path, batch_rows=1), n=3)
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    assert pq.read_table(path).equals(pq.read_table(whole))
+    assert not list(out.glob(".twice.parquet*")), "a partial file was left behind"
+
+
 def test_progress_bar_on_a_terminal(mce_home, sessions, out):
     done = export(mce_home, out / "progress.parquet", "--batch-rows", "50", env={"TTY_COMPATIBLE": "1"})
     assert "exporting sessions" in done.stderr

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..files import write_text_atomically
 from .processes import HOST_TAG, hostname, tagged_process_gone, this_process_tags
 
 if TYPE_CHECKING:
@@ -79,9 +80,7 @@ def write_local_config(home: Path) -> bool:
         current = config.read_text()
         if current == wanted or not current.startswith(MARKER):
             return False
-    tmp = config.with_name(f".dagster.yaml.{os.getpid()}")
-    tmp.write_text(wanted)
-    tmp.replace(config)  # atomic: a webserver reading it never sees half a file
+    write_text_atomically(config, wanted)  # a webserver reading it never sees half a file
     return True
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 from ..catalog import CUT_SCOPE, Catalog, MetricDefinition, MetricRef
 from ..core.ontology import Scope
 from ..errors import InputError, UnknownMetricError
+from ..files import write_text_atomically
 from ..graph import KnowledgeGraph
 
 #: the folder under MCE_HOME that keeps answered queries, by result id
@@ -301,9 +301,7 @@ def save_result(home: Path, answer: dict[str, Any], vocabulary: dict[str, list[s
     folder.mkdir(parents=True, exist_ok=True)
     record = {**answer, "vocabulary": vocabulary, "saved_at": time.time()}
     target = folder / f"{answer['result_id']}.json"
-    tmp = folder / f".{answer['result_id']}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(record, indent=1, default=str))
-    tmp.replace(target)  # atomic: a reader never sees half a file
+    write_text_atomically(target, json.dumps(record, indent=1, default=str))
 
 
 def load_result(home: Path, result_id: str) -> dict[str, Any]:
