@@ -196,6 +196,7 @@ class _LoadingServer:
         import threading
 
         self.ready = threading.Event()
+        self.silent = threading.Event()  # replaying its append-only file: no answer at all
         self.commands = 0
         path.parent.mkdir(parents=True, exist_ok=True)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -214,9 +215,17 @@ class _LoadingServer:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn):
+        try:
+            self._converse(conn)
+        except OSError:
+            pass  # the client gave up waiting and closed its end
+
+    def _converse(self, conn):
         with conn:
             while data := conn.recv(4096):
                 self.commands += 1
+                while self.silent.is_set():
+                    time.sleep(0.01)
                 if not self.ready.is_set():
                     reply = b"-LOADING Redis is loading the dataset in memory\r\n"
                 elif b"HELLO" in data.upper():  # the client's RESP3 handshake
@@ -227,6 +236,29 @@ class _LoadingServer:
 
     def close(self):
         self._sock.close()
+
+
+def test_a_server_silent_while_it_replays_its_append_only_file_is_loading_not_down(tmp_path, monkeypatch):
+    """Replaying 950 MB of appended writes after a 100,000-session ingestion, the real
+    server accepted connections and answered nothing for minutes; taken for down, it
+    failed the backfill that started it."""
+    import threading
+
+    monkeypatch.setattr(EmbeddedFalkorDB, "PROBE_TIMEOUT_S", 0.3)
+    server = EmbeddedFalkorDB(tmp_path / "h5")
+    fake = _LoadingServer(server.socket_path)
+    try:
+        fake.silent.set()
+        assert server._state() == "loading"
+        threading.Timer(1.0, fake.silent.clear).start()  # then LOADING for a while, then up
+        threading.Timer(2.0, fake.ready.set).start()
+        assert server.ensure_running(timeout_s=0.5, load_timeout_s=30) == server.socket_path
+        assert server.pid() is None and not server.log_file.exists()  # no second server
+    finally:
+        fake.silent.clear()
+        fake.close()
+    server.socket_path.unlink()
+    assert server._state() == "down"
 
 
 def test_a_server_loading_a_large_graph_is_waited_for_and_never_started_twice(tmp_path):

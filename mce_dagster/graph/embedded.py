@@ -58,20 +58,32 @@ class EmbeddedFalkorDB:
             socket = Path(tempfile.gettempdir()) / f"mce-falkordb-{digest}.sock"
         self.socket_path = socket
 
+    # How long a ping waits for an answer before the server counts as busy.
+    PROBE_TIMEOUT_S = 5.0
+
     def _state(self) -> str:
         """"up" (answers), "loading" (started, still reading its files: minutes for a
-        large graph) or "down"."""
+        large graph) or "down".
+
+        A server replaying its append-only file answers `LOADING` only between
+        stretches of replayed commands; in a stretch it accepts a connection and stays
+        silent, for minutes after a large ingestion. Something holds the socket and
+        accepted us, so a silent server is loading, not down."""
         if not self.socket_path.exists():
             return "down"
         try:
-            client = redis.Redis(unix_socket_path=str(self.socket_path), socket_connect_timeout=1)
+            client = redis.Redis(
+                unix_socket_path=str(self.socket_path), socket_connect_timeout=1, socket_timeout=self.PROBE_TIMEOUT_S
+            )
             try:
                 return "up" if client.ping() else "down"
             finally:
                 client.close()
         except redis.BusyLoadingError:  # a ConnectionError too: asked first
             return "loading"
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
+        except redis.TimeoutError:
+            return "loading"
+        except (redis.ConnectionError, OSError):
             return "down"
 
     def _ping(self) -> bool:
