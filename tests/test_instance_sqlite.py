@@ -29,7 +29,7 @@ from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster_graphql.test.utils import execute_dagster_graphql
 
 from conftest import REPO
-from mce_dagster.instance.local import LOCAL_INSTANCE_YAML, MARKER, write_local_config
+from mce_dagster.instance.local import LOCAL_INSTANCE_YAML, MARKER, prepare_local_instance, write_local_config
 from mce_dagster.instance.sqlite import PooledSqliteEventLogStorage
 from mce_dagster.runner import RANGE_END, RANGE_START
 
@@ -407,6 +407,29 @@ def test_a_users_own_dagster_yaml_is_left_alone(tmp_path):
     (moved / "dagster.yaml").write_text(LOCAL_INSTANCE_YAML.format(marker=MARKER, runs='"/elsewhere/"', events='"/elsewhere/runs/"', schedules='"/x"'))
     assert write_local_config(moved)  # an mce file pointing elsewhere is rewritten
     assert str(moved.resolve()) in (moved / "dagster.yaml").read_text()
+
+
+def test_a_new_local_instance_opened_by_many_at_once_is_created_once(tmp_path):
+    """Stock Dagster, opened by several threads on one fresh folder, stamps the run
+    storage's schema twice and refuses every later open; mce's first open is locked."""
+    from test_files import at_once
+
+    def open_and_list(home):
+        prepare_local_instance(home)
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            return len(instance.get_run_records())
+
+    for attempt in range(5):
+        home = tmp_path / f"home{attempt}"
+        outcomes = at_once(lambda: open_and_list(home), n=4)
+        assert outcomes == [0, 0, 0, 0], outcomes
+        for name in ("history/runs.db", "history/runs/index.db", "schedules/schedules.db"):
+            with sqlite3.connect(home / name) as db:
+                assert db.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,), name
+    # An instance already created is not opened again to prepare it.
+    created = (home / "history" / "runs.db").stat().st_mtime_ns
+    assert not prepare_local_instance(home)
+    assert (home / "history" / "runs.db").stat().st_mtime_ns == created
 
 
 def test_the_private_dagster_parts_it_rests_on(tmp_path):

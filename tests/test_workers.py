@@ -16,7 +16,7 @@ import pytest
 
 from mce_dagster.errors import ServiceError
 from mce_dagster.ingest import ingest_paths
-from mce_dagster.instance.local import write_local_config
+from mce_dagster.instance.local import prepare_local_instance
 from mce_dagster.runner import compute_sessions
 from mce_dagster.synthetic import write_export
 from test_ingest import row
@@ -41,7 +41,7 @@ def sessions(kg, tmp_path_factory):
 
 
 def local_instance(home) -> dg.DagsterInstance:
-    write_local_config(home)
+    prepare_local_instance(home)
     return dg.DagsterInstance.from_config(str(home))
 
 

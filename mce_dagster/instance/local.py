@@ -1,14 +1,18 @@
-"""The local Dagster instance `mce` keeps under DAGSTER_HOME: its dagster.yaml, the
-environment its runs need, and runs whose process died marked failed.
+"""The local Dagster instance `mce` keeps under DAGSTER_HOME: its dagster.yaml, its
+storages created once, the environment its runs need, and runs whose process died
+marked failed.
 
     python -m mce_dagster.instance.local [DAGSTER_HOME]   # what `make dev` runs first
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,6 +88,42 @@ def write_local_config(home: Path) -> bool:
     return True
 
 
+# The SQLite files LOCAL_INSTANCE_YAML's storages create, each stamped with its
+# schema revision when created.
+_STORAGE_FILES = ("history/runs.db", "history/runs/index.db", "schedules/schedules.db")
+
+
+def _storages_created(home: Path) -> bool:
+    for name in _STORAGE_FILES:
+        try:
+            with closing(sqlite3.connect(f"file:{home / name}?mode=ro", uri=True)) as db:
+                if db.execute("SELECT count(*) FROM alembic_version").fetchone()[0] != 1:
+                    return False
+        except sqlite3.Error:  # absent, or created without its table yet
+            return False
+    return True
+
+
+def prepare_local_instance(home: Path) -> bool:
+    """write_local_config, then the storages created by one process at a time.
+
+    Dagster creates a fresh SQLite storage without a lock: two processes (or threads)
+    opening one new DAGSTER_HOME at once both create it and both stamp its schema
+    revision, and from then on every open fails with "alembic_version has more than
+    one head". The first open happens here, under a file lock. True when the
+    config was written."""
+    import dagster as dg
+
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / ".mce-instance.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        written = write_local_config(home)
+        ours = (home / "dagster.yaml").read_text().startswith(MARKER)
+        if ours and not _storages_created(home):
+            dg.DagsterInstance.from_config(str(home)).dispose()
+    return written
+
+
 def set_run_environment() -> None:
     """Environment the runs of this process need (the user's setting wins)."""
     os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE)
@@ -127,7 +167,7 @@ def open_local_instance(home: Path) -> "dg.DagsterInstance":
     run environment set, runs of dead processes failed."""
     import dagster as dg
 
-    write_local_config(home)
+    prepare_local_instance(home)
     os.environ["DAGSTER_HOME"] = str(home)
     set_run_environment()
     instance = dg.DagsterInstance.get()
@@ -141,7 +181,7 @@ def main(argv: list[str]) -> int:
     import dagster as dg
 
     home = Path(argv[0]).resolve() if argv else Settings.from_env().dagster_home
-    written = write_local_config(home)
+    written = prepare_local_instance(home)
     os.environ["DAGSTER_HOME"] = str(home)
     with dg.DagsterInstance.get() as instance:
         failed = fail_runs_of_dead_processes(instance)
