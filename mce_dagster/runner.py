@@ -178,19 +178,30 @@ def compute_sessions(
     in_parallel = min(workers or config.engine.workers, len(batches))
     if budget_usd is not None and judged:
         in_parallel = 1  # each run's share of the budget is what the runs before it left
-    for done in _run_batches(batches, selection, instance, raise_on_error, quiet, in_parallel, _budget_config(budget_usd, judged, outcome)):
-        outcome.runs.append(done.run_id)
-        for name, n in done.failed_entities.items():
-            outcome.failed_entities[name] = outcome.failed_entities.get(name, 0) + n
-        outcome.judge_cost += done.judge_cost
-        outcome.judge_calls += done.judge_calls
-        if not done.success:
-            outcome.failed_runs.append(done.run_id)
-        if on_run:
-            on_run(done.sessions)
+    try:
+        for done in _run_batches(batches, selection, instance, raise_on_error, quiet, in_parallel, _budget_config(budget_usd, judged, outcome)):
+            outcome.runs.append(done.run_id)
+            for name, n in done.failed_entities.items():
+                outcome.failed_entities[name] = outcome.failed_entities.get(name, 0) + n
+            outcome.judge_cost += done.judge_cost
+            outcome.judge_calls += done.judge_calls
+            if not done.success:
+                outcome.failed_runs.append(done.run_id)
+            if on_run:
+                on_run(done.sessions)
+    except WorkerDiedError as exc:
+        exc.outcome = outcome  # the runs that finished: their results are stored
+        raise
     if population:
         _compute_population(defs, population, instance, outcome, raise_on_error, quiet)
     return outcome
+
+
+class WorkerDiedError(ServiceError):
+    """A worker process died inside a run. `outcome`: what the runs that finished
+    before it (in any worker) did."""
+
+    outcome: ComputeOutcome | None = None
 
 
 @dataclass
@@ -286,8 +297,13 @@ def _run_batches(
             for worker in set(multiprocessing.active_children()) - before:
                 worker.kill()
             pool.shutdown(wait=True, cancel_futures=True)
+            # Runs that ended before the failure, behind it in the queue: theirs too.
+            for future in futures[finished:]:
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    yield future.result()
+                    finished += 1
             failed = fail_runs_of_dead_processes(instance)
-            raise ServiceError(
+            raise WorkerDiedError(
                 f"a worker process of this evaluation ended abruptly (killed, or out of memory) when {finished} of "
                 f"{len(batches)} runs had finished; the runs in progress are marked failed "
                 f"({', '.join(failed) or 'none was left unfinished'}); running the command again evaluates the sessions anew"

@@ -110,3 +110,8 @@ def test_a_worker_killed_midway_is_an_error_and_its_run_is_failed(kg, sessions, 
     assert any(r.dagster_run.tags.get("mce/pid") == str(victim) for r in failed), [r.dagster_run.tags for r in failed]
     assert all(r.dagster_run.run_id in message for r in failed if r.dagster_run.tags.get("mce/pid") == str(victim))
     assert len(outcome["runs"]) < len(sessions)  # the runs not started were not started
+    # No finished run is lost from the outcome, whichever worker ran it.
+    succeeded = {r.dagster_run.run_id for r in outcome["runs"] if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS}
+    kept = outcome["error"].outcome
+    assert kept is not None and succeeded <= set(kept.runs), (succeeded, kept)
+    assert f"when {len(kept.runs)} of {len(sessions)} runs had finished" in message
