@@ -79,9 +79,7 @@ class EmbeddedFalkorDB:
                 return "up" if client.ping() else "down"
             finally:
                 client.close()
-        except redis.BusyLoadingError:  # a ConnectionError too: asked first
-            return "loading"
-        except redis.TimeoutError:
+        except (redis.BusyLoadingError, redis.TimeoutError):  # BusyLoading is a ConnectionError too: asked first
             return "loading"
         except (redis.ConnectionError, OSError):
             return "down"
