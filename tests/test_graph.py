@@ -60,23 +60,52 @@ def test_new_results_are_created_and_one_stored_meanwhile_is_merged_not_doubled(
     write = kg.backend.write
 
     def spy(statements):
-        sent.extend("create" if "CREATE (x:MetricResult)" in s else "merge" for s, _ in statements if "(x:MetricResult" in s and "UNWIND" in s)
+        sent.extend(
+            "upsert" if "OPTIONAL MATCH (stored:MetricResult" in s else "create" if "CREATE (x:MetricResult)" in s else "merge"
+            for s, _ in statements
+            if "(x:MetricResult" in s and "UNWIND" in s
+        )
         return write(statements)
 
     monkeypatch.setattr(kg.backend, "write", spy)
     assert kg.write_results(METRIC, Scope.SESSION, [result("g1", "g1", 1.0, version=8), result("g2", "g2", 2.0, version=8)]) == []
-    assert sent == (["create"] if kg.backend.enforces_unique_ids else ["merge"])
+    assert sent == (["create"] if kg.backend.enforces_unique_ids else ["upsert"])
     # g2 stored meanwhile (another run): g1's first row is new, so Neo4j tries the
     # create, which fails whole on g2's id, and merges instead.
     kg.write_results(METRIC, Scope.SESSION, [result("g2", "g2", 3.0, version=9)])
     sent.clear()
     assert kg.write_results(METRIC, Scope.SESSION, [result("g1", "g1", 4.0, version=9), result("g2", "g2", 5.0, version=9)]) == []
-    assert sent == (["create", "merge"] if kg.backend.enforces_unique_ids else ["merge"])
+    # FalkorDB runs one statement at a time: one statement creates g1's, updates g2's.
+    assert sent == (["create", "merge"] if kg.backend.enforces_unique_ids else ["upsert"])
     rows = kg.backend.query(
         "MATCH (x:MetricResult {name: 'Probe'})-[:ofMetricType]->(:Metric {name: 'Probe'}) WHERE x.metricVersion IN [8, 9] "
         "MATCH (x)-[:measures]->(s:Session) RETURN x.metricVersion AS v, s.id AS s, x.result AS r ORDER BY v, s"
     )
     assert rows == [{"v": 8, "s": "g1", "r": 1.0}, {"v": 8, "s": "g2", "r": 2.0}, {"v": 9, "s": "g1", "r": 4.0}, {"v": 9, "s": "g2", "r": 5.0}]
+
+
+def test_a_result_is_stored_with_exactly_its_fields_and_a_rewrite_replaces_them(kg, two_sessions):
+    def stored(node: MetricResultNode) -> list[dict]:
+        rows = kg.backend.query("MATCH (x:MetricResult {id: $id}) RETURN properties(x) AS p", {"id": node.id})
+        return [dict(r["p"]) for r in rows]
+
+    def expected(node: MetricResultNode) -> dict:
+        return {k: v for k, v in node.as_row().items() if v is not None}
+
+    first = result("g1", "g1", 0.5, version=11, reasoning="because", numerator=1.0, denominator=2.0, runId="r1",
+                   evaluationModel="m", evaluationMethod="judge")
+    first.computedAt = 1796616603.5  # FalkorDB answers doubles with 15 significant digits
+    kg.write_results(METRIC, Scope.SESSION, [first])
+    assert stored(first) == [expected(first)]
+    # The same observation again, without a reasoning, a ratio or a model: they are gone.
+    again = result("g1", "g1", 0.75, version=11, runId="r2")
+    again.computedAt = 1796616604.5
+    kg.write_results(METRIC, Scope.SESSION, [again])
+    assert stored(again) == [expected(again)]
+    links = kg.backend.query(
+        "MATCH (x:MetricResult {id: $id}) MATCH (x)-[r]->() RETURN type(r) AS t ORDER BY t", {"id": first.id}
+    )
+    assert [r["t"] for r in links] == ["measures", "ofMetricType"]
 
 
 def test_a_result_for_a_missing_entity_is_not_written(kg, two_sessions):
@@ -282,3 +311,24 @@ def test_a_server_loading_a_large_graph_is_waited_for_and_never_started_twice(tm
         assert fake.commands > 3  # it asked again while the graph loaded
     finally:
         fake.close()
+
+
+def test_a_falkordb_without_intern_gets_results_written_without_it():
+    from redis.exceptions import ResponseError
+
+    from mce_dagster.graph import cypher
+    from mce_dagster.graph.store import FalkorDBBackend
+
+    class OldServer:
+        def ro_query(self, statement):
+            raise ResponseError("Unknown function 'intern'")
+
+    backend = FalkorDBBackend.__new__(FalkorDBBackend)
+    backend._graph = OldServer()
+    assert backend.has_intern is False
+    assert "intern(" not in cypher.upsert_results(Scope.SESSION, intern=False)
+    assert "sessionId: intern(r.sessionId)" in cypher.upsert_results(Scope.SESSION, intern=True)
+
+
+def test_the_embedded_server_interns_result_strings(embedded_kg):
+    assert embedded_kg.backend.has_intern is True

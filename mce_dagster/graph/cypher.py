@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..core.models import MetricResultNode
 from ..core.ontology import (
     CALL_LABELS,
     CHILD_REL,
@@ -257,6 +258,34 @@ def create_results(entity: Label) -> str:
         f"CREATE (x)-[:{Rel.MEASURES}]->(e) "
         "SET x = r "
         "RETURN count(x) AS written"
+    )
+
+
+# Result properties whose values repeat across many results (a metric's name, a
+# session's id, a run's id): FalkorDB's `intern()` keeps one copy of each value.
+INTERNED_RESULT_PROPS = frozenset({"name", "provider", "scope", "sessionId", "runId", "evaluationModel", "evaluationMethod"})
+
+
+def upsert_results(entity: Label, *, intern: bool) -> str:
+    """`write_results` for FalkorDB, which runs one statement at a time: a result not
+    stored yet is created with all its properties in its pattern, repeated strings
+    through `intern()` when the server has it (a fifth of a result's memory); a
+    stored one is updated. Same rows in, same `written` out."""
+    props = ", ".join(
+        f"{p}: intern(r.{p})" if intern and p in INTERNED_RESULT_PROPS else f"{p}: r.{p}" for p in MetricResultNode.model_fields
+    )
+    return (
+        f"UNWIND $rows AS r "
+        f"MATCH (e:{entity} {{id: r.entityId}}) "
+        f"MATCH (m:{Label.METRIC} {{name: r.name, provider: r.provider}}) "
+        f"OPTIONAL MATCH (stored:{Label.METRIC_RESULT} {{id: r.id}}) "
+        "WITH r, e, m, stored "
+        "FOREACH (_ IN CASE WHEN stored IS NULL THEN [1] ELSE [] END | "
+        f"CREATE (x:{Label.METRIC_RESULT} {{{props}}})-[:{Rel.OF_METRIC_TYPE}]->(m) "
+        f"CREATE (x)-[:{Rel.MEASURES}]->(e)) "
+        "FOREACH (_ IN CASE WHEN stored IS NULL THEN [] ELSE [1] END | "
+        f"SET stored += r MERGE (stored)-[:{Rel.OF_METRIC_TYPE}]->(m) MERGE (stored)-[:{Rel.MEASURES}]->(e)) "
+        "RETURN count(r) AS written"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -59,6 +60,20 @@ class FalkorDBBackend:
         else:
             self._db = FalkorDB(host=host, port=port)
         self._graph = self._db.select_graph(graph)
+
+    @functools.cached_property
+    def has_intern(self) -> bool:
+        """Whether the server has `intern()` (recent FalkorDB; older ones answer
+        "Unknown function")."""
+        from redis.exceptions import ResponseError
+
+        try:
+            self._graph.ro_query("RETURN intern('') AS s")
+        except ResponseError as exc:
+            if "unknown function" in str(exc).lower():
+                return False
+            raise
+        return True
 
     def query(self, statement: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         result = self._graph.query(statement, escaped(dict(params or {})))
@@ -333,10 +348,14 @@ class KnowledgeGraph:
         rows = [r.as_row() for r in results]
         metric_row = (cypher.MERGE_METRICS, {"rows": [metric.model_dump()]})
         merge = [metric_row, *([(cypher.write_results(Label(scope.value)), {"rows": rows})] if rows else [])]
-        # A first evaluation creates its results; a batch holding any stored result
-        # (a re-evaluation, a retried write) or one another run stores meanwhile
-        # (the create then fails whole) merges them.
-        if rows and self.backend.enforces_unique_ids and not self.backend.query(cypher.RESULT_STORED, {"id": rows[0]["id"]})[0]["n"]:
+        # Neo4j: a first evaluation creates its results; a batch holding any stored
+        # result (a re-evaluation, a retried write) or one another run stores
+        # meanwhile (the create then fails whole) merges them. FalkorDB runs one
+        # statement at a time: one statement creates the new and updates the rest.
+        if rows and self.backend.name == "falkordb":
+            statement = cypher.upsert_results(Label(scope.value), intern=getattr(self.backend, "has_intern", False))
+            out = self.backend.write([metric_row, (statement, {"rows": rows})])
+        elif rows and self.backend.enforces_unique_ids and not self.backend.query(cypher.RESULT_STORED, {"id": rows[0]["id"]})[0]["n"]:
             try:
                 out = self.backend.write([metric_row, (cypher.create_results(Label(scope.value)), {"rows": rows})])
             except DuplicateIdError:
