@@ -59,6 +59,11 @@ def server_peak_mb(home: Path) -> float | None:
     return int(line.split()[1]) / 1024 if line else None
 
 
+def size_gb(path: Path) -> float:
+    """What a directory holds on disk, in GB."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100_000)
@@ -92,6 +97,8 @@ def main() -> None:
         out["export_mb"] = export.stat().st_size / 2**20
         out["compute"] = run("compute", ["compute", "--all", "--json", "--workers", str(args.workers)], env)
         out["graph_server_peak_mb"] = server_peak_mb(home)
+        out["dagster_instance_gb"] = size_gb(dagster_home)
+        out["graph_files_gb"] = size_gb(home)
         outcome = json.loads(out["compute"].pop("stdout"))
         out["runs"] = len(outcome["runs"])
         out["failed_runs"] = outcome["failed_runs"]
@@ -122,6 +129,7 @@ def main() -> None:
     out["compute_sessions_per_s"] = args.sessions / out["compute"]["seconds"]
     print(f"export {out['export_mb']:.0f} MB; {ingest}compute {out['compute_sessions_per_s']:.1f} sessions/s in {out['runs']} runs "
           f"({args.workers} at once); graph server peak {out['graph_server_peak_mb'] or 0:.0f} MB")
+    print(f"on disk: Dagster instance {out['dagster_instance_gb']:.1f} GB, graph files {out['graph_files_gb']:.1f} GB")
     print(f"{out['partitions']} partitions registered, {out['results']} results stored, "
           f"{out['sessions_without_results']} sessions without results, {len(out['failed_runs'])} failed runs")
     results = BENCH / "results"
