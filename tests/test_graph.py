@@ -332,3 +332,34 @@ def test_a_falkordb_without_intern_gets_results_written_without_it():
 
 def test_the_embedded_server_interns_result_strings(embedded_kg):
     assert embedded_kg.backend.has_intern is True
+
+
+def test_a_statement_the_server_answers_busy_is_tried_again_then_given_up():
+    from redis.exceptions import ResponseError
+
+    from mce_dagster.graph.store import FalkorDBBackend
+
+    class Result:
+        header, result_set = [[1, "n"]], [[1]]
+
+    class ForkingServer:
+        def __init__(self, busy: int):
+            self.busy, self.calls = busy, 0
+
+        def query(self, statement, params):
+            self.calls += 1
+            if self.calls <= self.busy:
+                raise ResponseError("BUSY preparing to fork")
+            return Result()
+
+    backend = FalkorDBBackend.__new__(FalkorDBBackend)
+    backend._graph = ForkingServer(busy=3)
+    assert backend.query("RETURN 1 AS n") == [{"n": 1}]
+    assert backend._graph.calls == 4
+    backend._graph, backend.BUSY_WAIT_S = ForkingServer(busy=10**6), 0.5
+    with pytest.raises(ResponseError, match="BUSY"):
+        backend.query("RETURN 1 AS n")
+    backend._graph = ForkingServer(busy=0)
+    backend._graph.query = lambda s, p: (_ for _ in ()).throw(ResponseError("Unknown function 'x'"))
+    with pytest.raises(ResponseError, match="Unknown function"):
+        backend.query("RETURN x()")

@@ -75,8 +75,23 @@ class FalkorDBBackend:
             raise
         return True
 
+    # How long a statement the server answers `BUSY` is tried again: FalkorDB
+    # answers so, without running it, while it prepares a fork (an append-only
+    # file rewrite), which takes seconds on a large graph.
+    BUSY_WAIT_S = 120.0
+
     def query(self, statement: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        result = self._graph.query(statement, escaped(dict(params or {})))
+        from redis.exceptions import ResponseError
+
+        deadline = time.monotonic() + self.BUSY_WAIT_S
+        while True:
+            try:
+                result = self._graph.query(statement, escaped(dict(params or {})))
+                break
+            except ResponseError as exc:
+                if not str(exc).startswith("BUSY") or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         columns = [h[1] if isinstance(h, (list, tuple)) else h for h in (result.header or [])]
         return [dict(zip(columns, row)) for row in result.result_set]
 
