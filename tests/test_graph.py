@@ -320,12 +320,18 @@ def test_a_falkordb_without_intern_gets_results_written_without_it():
     from mce_dagster.graph.store import FalkorDBBackend
 
     class OldServer:
-        def ro_query(self, statement):
+        calls = 0
+
+        def query(self, statement, params):
+            self.calls += 1
+            if self.calls == 1:  # the probe, too, waits out a server preparing a fork
+                raise ResponseError("BUSY preparing to fork")
             raise ResponseError("Unknown function 'intern'")
 
     backend = FalkorDBBackend.__new__(FalkorDBBackend)
     backend._graph = OldServer()
     assert backend.has_intern is False
+    assert backend._graph.calls == 2
     assert "intern(" not in cypher.upsert_results(Scope.SESSION, intern=False)
     assert "sessionId: intern(r.sessionId)" in cypher.upsert_results(Scope.SESSION, intern=True)
 

@@ -64,11 +64,12 @@ class FalkorDBBackend:
     @functools.cached_property
     def has_intern(self) -> bool:
         """Whether the server has `intern()` (recent FalkorDB; older ones answer
-        "Unknown function")."""
+        "Unknown function"). Asked through `query`, so a server busy forking is
+        waited for here as for any other statement."""
         from redis.exceptions import ResponseError
 
         try:
-            self._graph.ro_query("RETURN intern('') AS s")
+            self.query("RETURN intern('') AS s")
         except ResponseError as exc:
             if "unknown function" in str(exc).lower():
                 return False
