@@ -89,8 +89,8 @@ bench-scale: install
 	  done; done; done
 
 # N synthetic sessions through the mce CLI on the embedded default (synth, ingest, one
-# `mce compute --all --workers $(BACKFILL_WORKERS)`), on a fresh home: hours and 17 GB
-# of disk at 100,000 (README, "Scale").
+# `mce compute --all --workers $(BACKFILL_WORKERS)`), on a fresh home: at 100,000, 1 h 44 min
+# on a quiet 2-core machine, 18 GB of memory and 64 GB of disk (README, "Numbers").
 #   make bench-backfill BACKFILL_SESSIONS=10000
 BACKFILL_SESSIONS ?= 100000
 BACKFILL_WORKERS ?= 2
