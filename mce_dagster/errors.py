@@ -38,6 +38,15 @@ class UnknownSessionError(InputError):
         super().__init__(f"{len(self.session_ids)} session(s) are not in the knowledge graph: {shown}")
 
 
+class AmbiguousSessionError(InputError):
+    """A raw session id (`<app>_<uuid>`) that more than one stored session answers to."""
+
+    def __init__(self, session_id: str, candidates: list[str]):
+        self.session_id = session_id
+        self.candidates = sorted(candidates)
+        super().__init__(f"session id {session_id[:200]!r} is ambiguous: the graph holds {', '.join(self.candidates[:10])}")
+
+
 class UnknownMetricError(ConfigurationError, KeyError):
     """A metric name (or scope) that the catalog does not define."""
 

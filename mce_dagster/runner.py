@@ -154,10 +154,12 @@ def compute_sessions(
                 outcome.skip_reason = NO_JUDGE
                 selected = [m for m in config.enabled if m.key not in dropped]
                 selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected if m.scope is not Scope.POPULATION)]
-    known = open_graph().existing_sessions(ids)
-    absent = [k for k in ids if k not in known]
+    # A raw platform id (`<app>_<uuid>`) names the session stored under its uuid.
+    stored = open_graph().resolve_sessions(ids)
+    absent = [k for k in ids if k not in stored]
     if absent:
         raise UnknownSessionError(absent)
+    ids = list(dict.fromkeys(stored[k] for k in ids))
     instance = instance or dagster_instance()
     existing = set(instance.get_dynamic_partitions(SESSIONS))
     new = [k for k in ids if k not in existing]

@@ -131,8 +131,10 @@ def results(
 ) -> list[dict[str, Any]]:
     """Results stored for the session: Session-scope ones, or with `recursive`
     those of every call in it too. `metric_ids` filters by name (`Duration`)
-    or `provider.name`."""
-    rows = session_results([session_id], kg)
+    or `provider.name`. `session_id` may be the raw platform id; one the graph
+    does not hold is an error."""
+    kg = kg or open_graph()
+    rows = session_results([stored_session_id(session_id, kg)], kg)
     if not recursive:
         rows = [r for r in rows if r["scope"] == Scope.SESSION.value]
     if metric_ids:
@@ -251,9 +253,11 @@ def select_results(
     t_since, t_until = parse_window(since, until)
     ids = split_names(sessions) or None
     if ids:
-        missing = unknown_sessions(ids, kg)
+        stored = kg.resolve_sessions(ids)
+        missing = [i for i in ids if i not in stored]
         if missing:
             raise UnknownSessionError(missing)
+        ids = list(dict.fromkeys(stored[i] for i in ids))
     rows = kg.select_sessions(ids=ids, app=app, since=t_since, until=t_until, evaluated=True)
     # By id, the order each batch's query sorts in, so the rows' order does not
     # depend on where batches end.
@@ -360,11 +364,24 @@ class GraphStatus:
     where: str
     sessions: int
     results: int
+    # session id -> label -> calls naming a session the graph has no Session node for
+    orphans: dict[str, dict[str, int]]
+
+    @property
+    def calls_without_session(self) -> int:
+        return sum(sum(by_label.values()) for by_label in self.orphans.values())
 
 
 def graph_status() -> GraphStatus:
     kg = open_graph()
-    return GraphStatus(describe(), kg.count_sessions(), kg.count_results())
+    return GraphStatus(describe(), kg.count_sessions(), kg.count_results(), kg.calls_without_session())
+
+
+def calls_without_session(kg: KnowledgeGraph | None = None) -> dict[str, dict[str, int]]:
+    """Session id -> call label -> calls that name a session the graph holds no
+    Session node for (the platform writes none for a trace with no agent span):
+    they are not evaluated."""
+    return (kg or open_graph()).calls_without_session()
 
 
 def stop_graph() -> bool:
@@ -441,6 +458,8 @@ def query_metric(
     from .settings import Settings
 
     kg = kg or open_graph()
+    if session_id is not None:
+        session_id = stored_session_id(session_id, kg)
     answer = query.query_metric(kg, catalog(), metric, scope, session_id, app, agent, since, until, by)
     vocabulary = {kind: sorted(names) for kind, names in kg.result_vocabulary().items()}
     query.save_result(Settings.from_env().mce_home, answer, vocabulary)
@@ -500,7 +519,17 @@ def status() -> dict[str, Any]:
     return out
 
 
+def stored_session_id(session_id: str, kg: KnowledgeGraph | None = None) -> str:
+    """The id the graph stores the session under: itself, or for a raw platform id
+    (`<app>_<uuid>`) the bare one. UnknownSessionError when it holds none."""
+    stored = (kg or open_graph()).resolve_sessions([session_id])
+    if session_id not in stored:
+        raise UnknownSessionError([session_id])
+    return stored[session_id]
+
+
 def unknown_sessions(session_ids: Sequence[str], kg: KnowledgeGraph | None = None) -> list[str]:
-    """The given sessions the graph does not hold."""
-    known = (kg or open_graph()).existing_sessions(list(session_ids))
+    """The given sessions the graph does not hold (a raw platform id is held when
+    its session is, see KnowledgeGraph.resolve_sessions)."""
+    known = (kg or open_graph()).resolve_sessions(list(session_ids))
     return [s for s in session_ids if s not in known]

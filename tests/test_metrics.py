@@ -71,11 +71,11 @@ def test_token_count(results):
     assert value(results, Scope.LLM_CALL, "TokenCount", "l2").value == 150  # 100 + 50, no total recorded
     assert "l4" in failed(results, Scope.LLM_CALL, "TokenCount")  # no usage: a failure, not a 0
     assert value(results, Scope.LLM_CALL, "TokenCount", "l4") is None
-    session = value(results, Scope.SESSION, "TokenCount", "s1")
-    assert session.value == 1200 + 150 + 20
-    assert session.metadata["prompt"] == 1110 and session.metadata["completion"] == 260
-    assert session.metadata["llm_calls_without_usage"] == 1
-    assert "1 of 4" in session.reasoning
+    # A sum over a call that records no usage is not the session's usage: it fails
+    # naming the call, never a partial sum (1200 + 150 + 20) stored as if whole.
+    assert value(results, Scope.SESSION, "TokenCount", "s1") is None
+    reason = failed(results, Scope.SESSION, "TokenCount")["s1"]
+    assert "1 of 4 LLM calls beneath record no token usage" in reason and "l4" in reason
     # a1 reaches l1 and, through the nested agent c1, l2.
     assert value(results, Scope.AGENT_CALL, "TokenCount", "a1").value == 1350
     assert value(results, Scope.AGENT_CALL, "TokenCount", "b1").value == 20
@@ -104,9 +104,12 @@ def test_cost(results):
     l3 = value(results, Scope.LLM_CALL, "Cost", "l3")
     assert l3.value == pytest.approx(10 * 2.5e-6 + 10 * 1e-5)
     assert l3.metadata["priced_as"] == "gpt-4o" and "acme-7b" in l3.reasoning
-    session = value(results, Scope.SESSION, "Cost", "s1")
-    assert session.value == pytest.approx(0.004 + 1.25e-4 + 1.25e-4)
-    assert session.metadata["priced_as"] == {"acme-7b": "gpt-4o"}
+    # b1 holds l3 only: its sum says which model was priced as another.
+    b1 = value(results, Scope.AGENT_CALL, "Cost", "b1")
+    assert b1.value == pytest.approx(1.25e-4) and b1.metadata["priced_as"] == {"acme-7b": "gpt-4o"}
+    # The session holds l4, which records no usage: its cost is not known.
+    assert value(results, Scope.SESSION, "Cost", "s1") is None
+    assert "l4" in failed(results, Scope.SESSION, "Cost")["s1"]
 
 
 def test_counts(results):

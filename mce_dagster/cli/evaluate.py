@@ -116,6 +116,10 @@ def compute(
     """Evaluate metrics on sessions through the Dagster definitions."""
     selected = service.parse_metric_list(metrics)
     ids = service.sessions_to_evaluate(session_ids or [], all_sessions)
+    if all_sessions and (orphans := service.calls_without_session()):
+        from ..graph.store import describe_orphans
+
+        err.print(f"[yellow]{escape(describe_orphans(orphans))}[/yellow]", highlight=False)
     outcome, elapsed = evaluate(ids, selected, budget, as_json=as_json, workers=workers)
     if as_json:
         print(json.dumps(_compute_json(outcome, elapsed), indent=1))

@@ -42,10 +42,17 @@ def kg_status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON."
     """Where the graph is and what it holds."""
     status = service.graph_status()
     if as_json:
-        print(json.dumps({"where": status.where, "sessions": status.sessions, "results": status.results}, indent=1))
+        print(json.dumps({
+            "where": status.where, "sessions": status.sessions, "results": status.results,
+            "calls_without_session": status.calls_without_session, "sessions_without_node": sorted(status.orphans),
+        }, indent=1))
         return
     out.print(status.where)
     out.print(f"sessions: {status.sessions}   metric results: {status.results}")
+    out.print(f"calls without a session: {status.calls_without_session}")
+    for sid, by_label in sorted(status.orphans.items())[:10]:
+        calls = ", ".join(f"{n} {label}" for label, n in sorted(by_label.items()))
+        out.print(f"  {sid}: {calls} (no Session node: not evaluated)", highlight=False)
 
 
 @kg_app.command("stop")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .ontology import CALL_LABELS, Label, Scope
+from .recorded import NOTHING_INFERRED, Provenance, cleaned, reconcile, writes_defaults
 
 if TYPE_CHECKING:
     from .text import CallText
@@ -88,6 +89,8 @@ class SessionContext:
     # The text of each call (states, messages, tool definitions) by node id: read
     # from the graph only when a judged metric needs it, None until then.
     text: "Mapping[str, CallText] | None" = field(default=None, repr=False)
+    # What the reading inferred instead of read (see core.recorded).
+    provenance: Provenance = NOTHING_INFERRED
     _beneath_cache: dict[str, tuple[Node, ...]] = field(default_factory=dict, repr=False)
     _parents: dict[str, list[str]] | None = field(default=None, repr=False)
 
@@ -97,29 +100,59 @@ class SessionContext:
 
     @classmethod
     def build(cls, nodes: Iterable[Node], edges: Iterable[Edge]) -> "SessionContext":
+        nodes = list(nodes)
+        sessions = [n for n in nodes if n.label is Label.SESSION]
+        if not sessions:
+            raise SessionContextError("no Session node in the context")
+        if any(s.id != sessions[0].id for s in sessions):
+            raise SessionContextError(f"two sessions in one context: {sessions[0].id!r} and {sessions[-1].id!r}")
+        written_by_normalizer = writes_defaults(sessions[0])
         by_id: dict[str, Node] = {}
         session: Node | None = None
         spans: list[Node] = []
         for node in nodes:
+            node = cleaned(node, written_by_normalizer=written_by_normalizer)
             if node.label is Label.SESSION:
-                if session is not None and session.id != node.id:
-                    raise SessionContextError(
-                        f"two sessions in one context: {session.id!r} and {node.id!r}"
-                    )
                 session = node
             elif node.label is Label.SPAN:
                 spans.append(node)
                 continue
             by_id[node.id] = node
-        if session is None:
-            raise SessionContextError("no Session node in the context")
+        assert session is not None
+        calls = [n for n in by_id.values() if n.label is not Label.SESSION]
+        edges, provenance = reconcile(session, calls, edges)
         children: dict[str, list[str]] = defaultdict(list)
         for edge in edges:
             if edge.source in by_id and edge.target in by_id:
                 children[edge.source].append(edge.target)
         for ids in children.values():
             ids.sort(key=lambda i: (by_id[i].start, i))
-        return cls(session=session, nodes=by_id, children=dict(children), spans=spans)
+        return cls(session=session, nodes=by_id, children=dict(children), spans=spans, provenance=provenance)
+
+    def unknown_beneath(self, entity: Node, label: Label) -> str | None:
+        """Why the calls of `label` beneath an agent call are not known, or None:
+        some calls of the session could be placed under no agent call, so any agent
+        call may be missing some of its own."""
+        unplaced = self.provenance.unplaced.get(label, ())
+        if entity.label is not Label.AGENT_CALL or not unplaced:
+            return None
+        return (
+            f"{len(unplaced)} {label} call(s) of the session could be placed under no agent call "
+            f"(no link in the graph, and neither span ancestry nor time containment places them, "
+            f"first: {unplaced[0]}): what this agent call holds is not known"
+        )
+
+    def inferred_note(self, entity: Node, label: Label | None = None) -> str | None:
+        """A reasoning line for a result that counted calls reached through links the
+        reading inferred (see core.recorded), or None when it read them all."""
+        inferred = self.provenance.inferred
+        if not inferred or entity.label is Label.SESSION:
+            return None
+        found = [n for n in self.beneath(entity, label) if n.id in inferred]
+        if not found:
+            return None
+        hows = sorted({inferred[n.id][1] for n in found})
+        return f"{len(found)} call(s) beneath linked by inference ({', '.join(hows)}): the graph has no has*Call link for them"
 
     def calls(self, label: Label) -> list[Node]:
         """All calls of one label in the session, ordered by start time."""

@@ -37,6 +37,7 @@ class Rel(StrEnum):
     EXECUTES_AGENT = "executesAgent"
     EXECUTES_TOOL = "executesTool"
     EXECUTES_LLM = "executesLLM"
+    EXECUTES_SESSION = "executesSession"
     HAS_INITIAL_STATE = "hasInitialState"
     HAS_FINAL_STATE = "hasFinalState"
     OF_METRIC_TYPE = "ofMetricType"
@@ -96,8 +97,11 @@ COMMON_PROPS: tuple[str, ...] = (
 )
 # On a Session: how many rows of it its ingest call could not place (absent: none).
 ROWS_NOT_PLACED = "rowsNotPlaced"
+# On every node the platform's normalizer writes (the OXP ontology's models): the
+# mark of a producer that writes defaults for what it did not have (core.recorded).
+ONTOLOGY_LAYER = "layer"
 EXTRA_PROPS: dict[Label, tuple[str, ...]] = {
-    Label.SESSION: ("appName", "ingestedAt", ROWS_NOT_PLACED),
+    Label.SESSION: ("appName", "ingestedAt", ROWS_NOT_PLACED, ONTOLOGY_LAYER),
     Label.MAS_CALL: (),
     Label.AGENT_CALL: ("agentName",),
     Label.TASK_CALL: ("taskName",),
@@ -113,6 +117,14 @@ EXTRA_PROPS: dict[Label, tuple[str, ...]] = {
     ),
     Label.TOOL_CALL: ("toolName", "toolArguments", "errorMessage"),
     Label.SPAN: (),
+}
+
+# A call's name property, by label, and the structural node that also carries it
+# (design 01: the platform's graph has the names only there).
+NAMED_BY: dict[Label, tuple[str, Rel, Label]] = {
+    Label.AGENT_CALL: ("agentName", Rel.EXECUTES_AGENT, Label.AGENT),
+    Label.LLM_CALL: ("modelName", Rel.EXECUTES_LLM, Label.LLM),
+    Label.TOOL_CALL: ("toolName", Rel.EXECUTES_TOOL, Label.TOOL),
 }
 
 METRIC_PROPS: tuple[str, ...] = (

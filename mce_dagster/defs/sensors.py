@@ -47,6 +47,7 @@ from dagster._core.execution.backfill import BulkActionStatus, BulkActionsFilter
 from .. import queue as q
 from ..errors import InputError
 from ..graph import KnowledgeGraph
+from ..graph.store import describe_orphans
 from ..settings import Settings
 from .assets import SESSION_CONTEXT_KEY
 from .partitions import SESSIONS, sessions_partitions
@@ -219,7 +220,7 @@ def queue_tick(
             try:
                 session_id, reason = q.parse(body).session_id, None
             except InputError as exc:
-                session_id, reason = None, str(exc)
+                session_id, reason = None, f"malformed message: {exc}"
             if session_id is not None and session_id in cursor.pending:
                 ch.basic_ack(method.delivery_tag)
                 cursor.pending[session_id][1] = True
@@ -227,9 +228,21 @@ def queue_tick(
                 continue
             messages.append(_Message(method.delivery_tag, headers, body, session_id, reason))
 
+        # The platform's message carries the raw session id (`<app>_<uuid>`); the
+        # graph may store the session under the bare one. Resolved ids go on from here.
+        ambiguous: dict[str, list[str]] = {}
+        raw_ids = list(dict.fromkeys(m.session_id for m in messages if m.session_id is not None))
+        stored = graph.resolve_sessions(raw_ids, ambiguous) if raw_ids else {}
+        for i, m in enumerate(messages):
+            if m.session_id in ambiguous:
+                messages[i] = dataclasses.replace(
+                    m, session_id=None, reason=f"session id {m.session_id[:200]!r} is ambiguous: the graph holds {', '.join(ambiguous[m.session_id][:10])}"
+                )
+            elif m.session_id in stored:
+                messages[i] = dataclasses.replace(m, session_id=stored[m.session_id])
         for m in messages:
             if m.reason is not None:
-                _dead_letter(ch, settings, m, f"malformed message: {m.reason}")
+                _dead_letter(ch, settings, m, m.reason)
                 report.dead_lettered += 1
 
         ids = list(dict.fromkeys(m.session_id for m in messages if m.session_id is not None))
@@ -340,6 +353,8 @@ def sessions_ingested_after(graph: KnowledgeGraph, mark: float, last: str, limit
 class PollCursor:
     mark: float = -1.0
     last: str = ""
+    # When calls without a session node were last looked for (a scan of every call).
+    orphans_checked: float = 0.0
 
     @classmethod
     def load(cls, raw: str | None) -> "PollCursor":
@@ -347,27 +362,39 @@ class PollCursor:
             return cls()
         try:
             data = json.loads(raw)
-            return cls(float(data["mark"]), str(data["last"]))
+            return cls(float(data["mark"]), str(data["last"]), float(data.get("orphans_checked", 0.0)))
         except (ValueError, TypeError, KeyError):
             return cls()
 
     def dump(self) -> str:
-        return json.dumps({"mark": self.mark, "last": self.last})
+        return json.dumps({"mark": self.mark, "last": self.last, "orphans_checked": self.orphans_checked})
+
+
+# How often the poll sensor looks for calls whose session node is missing.
+ORPHANS_EVERY_S = 3600.0
 
 
 def poll_tick(
     instance: dg.DagsterInstance, graph: KnowledgeGraph, settings: Settings, cursor: PollCursor, *, asset_keys: Sequence[dg.AssetKey]
-) -> tuple[list[str], dg.SensorResult]:
+) -> tuple[list[str], dg.SensorResult, str | None]:
     """One tick of `session_poll_sensor`: the next page of sessions by (ingestedAt,
     id) after the cursor; those with no partition (or registered but never requested)
-    are registered and evaluated together."""
+    are registered and evaluated together. Sessions another producer wrote get their
+    ingestedAt first. Returns, once an hour, a note naming calls without a session."""
+    graph.stamp_unseen_sessions(settings.sensor_batch)
+    note = None
+    now = time.time()
+    if now - cursor.orphans_checked >= ORPHANS_EVERY_S:
+        orphans = graph.calls_without_session()
+        note = describe_orphans(orphans) if orphans else None
+        cursor = dataclasses.replace(cursor, orphans_checked=now)
     rows = sessions_ingested_after(graph, cursor.mark, cursor.last, settings.sensor_batch)
     ids = [sid for sid, _ in rows]
     known = registered(instance, ids)
     done = already_requested(instance, known)
     to_request = [k for k in ids if k not in done]
     if rows:
-        cursor = PollCursor(rows[-1][1], rows[-1][0])
+        cursor = dataclasses.replace(cursor, mark=rows[-1][1], last=rows[-1][0])
     new_keys = [k for k in to_request if k not in known]
     result = dg.SensorResult(
         run_requests=[evaluation_request(to_request, asset_keys, POLL_SENSOR)] if to_request else [],
@@ -375,7 +402,7 @@ def poll_tick(
         cursor=cursor.dump(),
         skip_reason=None if to_request else f"no new session ({len(rows)} seen, all evaluated)",
     )
-    return to_request, result
+    return to_request, result, note
 
 
 # -- the definitions -----------------------------------------------------------------
@@ -415,9 +442,11 @@ def build_sensors(asset_keys: Sequence[dg.AssetKey], settings: Settings | None =
         description="Evaluates the sessions of the knowledge graph that have no partition yet, in ingestion order.",
     )
     def session_poll_sensor(context: dg.SensorEvaluationContext, knowledge_graph: KnowledgeGraphResource) -> dg.SensorResult:
-        requested, result = poll_tick(
+        requested, result, note = poll_tick(
             context.instance, knowledge_graph.open(), Settings.from_env(), PollCursor.load(context.cursor), asset_keys=keys
         )
+        if note:
+            context.log.warning(note)
         if requested:
             context.log.info(f"{len(requested)} new session(s) requested")
         return result

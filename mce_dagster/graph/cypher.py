@@ -15,6 +15,7 @@ from ..core.ontology import (
     COMMON_PROPS,
     EXECUTION_LABELS,
     EXTRA_PROPS,
+    NAMED_BY,
     Label,
     Rel,
 )
@@ -198,30 +199,67 @@ def stored_spans() -> str:
     )
 
 
+def _named(label: Label) -> str:
+    """The columns `named` and `namedProvider`: the name (and an LLM's provider) on
+    the structural node behind a call, for a call that does not carry its own."""
+    if label not in NAMED_BY:
+        return "null AS named, null AS namedProvider"
+    prop, rel, structural = NAMED_BY[label]
+    provider = (
+        f"CASE WHEN n.provider IS NULL THEN [(n)-[:{rel}]->(x:{structural}) | x.provider][0] END"
+        if label is Label.LLM_CALL
+        else "null"
+    )
+    return f"CASE WHEN n.{prop} IS NULL THEN [(n)-[:{rel}]->(x:{structural}) | x.name][0] END AS named, {provider} AS namedProvider"
+
+
 def read_contexts() -> str:
     """Every execution node of the given sessions with the ids of its call parents,
-    in one round trip. Columns: label, props, parents."""
+    in one round trip. Columns: label, props, parents, named, namedProvider (see
+    `_named`; on a Session, the app of the MAS it executes)."""
     parts = [
         f"MATCH (n:{Label.SESSION}) WHERE n.id IN $ids "
         f"RETURN '{Label.SESSION}' AS label, n {_projection(COMMON_PROPS + EXTRA_PROPS[Label.SESSION])} AS props, "
-        "[] AS parents"
+        # Not only a MAS: the platform's writer files the target under whichever
+        # label last took its id (an app named like one of its agents is an Agent).
+        f"[] AS parents, CASE WHEN n.appName IS NULL THEN [(n)-[:{Rel.EXECUTES_SESSION}]->(m) | m.id][0] END AS named, "
+        "null AS namedProvider"
     ]
     for label in CALL_LABELS:
         props = COMMON_PROPS + EXTRA_PROPS[label]
         parts.append(
             f"MATCH (n:{label}) WHERE n.sessionId IN $ids "
             f"OPTIONAL MATCH (p)-[:{CHILD_REL[label]}]->(n) "
-            f"RETURN '{label}' AS label, n {_projection(props)} AS props, collect(p.id) AS parents"
+            f"RETURN '{label}' AS label, n {_projection(props)} AS props, collect(p.id) AS parents, {_named(label)}"
         )
     parts.append(
         f"MATCH (n:{Label.SPAN}) WHERE n.sessionId IN $ids "
         f"RETURN '{Label.SPAN}' AS label, n {{.id, .sessionId, .name, .startTime, .endTime, .startTimeUnixNano, .endTimeUnixNano, .duration}} AS props, "
-        "[] AS parents"
+        "[] AS parents, null AS named, null AS namedProvider"
     )
     return " UNION ALL ".join(parts)
 
 
 EXISTING_SESSIONS = f"MATCH (s:{Label.SESSION}) WHERE s.id IN $ids RETURN s.id AS id"
+# Sessions by id with their app (the platform's graph names it on the MAS only).
+SESSIONS_WITH_APP = (
+    f"MATCH (s:{Label.SESSION}) WHERE s.id IN $ids "
+    f"RETURN s.id AS id, coalesce(s.appName, [(s)-[:{Rel.EXECUTES_SESSION}]->(m) | m.id][0]) AS app"
+)
+# Sessions another producer wrote (the platform's normalizer sets no ingestedAt),
+# stamped with the time the engine first saw them, so that the poll sensor's
+# keyset cursor on ingestedAt reaches them too.
+STAMP_UNSEEN_SESSIONS = (
+    f"MATCH (s:{Label.SESSION}) WHERE s.ingestedAt IS NULL WITH s LIMIT $limit "
+    "SET s.ingestedAt = $now RETURN count(s) AS n"
+)
+# Calls that name a session the graph holds no Session node for (the platform's
+# normalizer writes none for a trace with no agent span).
+CALLS_WITHOUT_SESSION = " UNION ALL ".join(
+    f"MATCH (n:{label}) WHERE n.sessionId IS NOT NULL OPTIONAL MATCH (s:{Label.SESSION} {{id: n.sessionId}}) "
+    f"WITH n, s WHERE s IS NULL RETURN n.sessionId AS session, '{label}' AS label, count(n) AS n"
+    for label in CALL_LABELS
+)
 LIST_SESSIONS = f"MATCH (s:{Label.SESSION}) RETURN s.id AS id ORDER BY s.startTime, s.id"
 COUNT_SESSIONS = f"MATCH (s:{Label.SESSION}) RETURN count(s) AS n"
 
@@ -352,6 +390,24 @@ DELETE_SESSION_RESULTS = (
 )
 
 LABEL_PROPERTY_KEYS = "MATCH (n) WHERE $label IN labels(n) WITH n LIMIT 200 UNWIND keys(n) AS k RETURN DISTINCT k"
+
+
+def linked_property_keys(label: Label) -> str | None:
+    """The properties a call of `label` (or a Session) has through the node behind
+    it, as read_contexts resolves them; columns: k. None when it has no such node."""
+    if label is Label.SESSION:
+        return (
+            f"MATCH (n:{Label.SESSION})-[:{Rel.EXECUTES_SESSION}]->(m) WITH m LIMIT 200 "
+            "WITH count(m.id) AS apps RETURN CASE WHEN apps > 0 THEN 'appName' END AS k"
+        )
+    if label not in NAMED_BY:
+        return None
+    prop, rel, structural = NAMED_BY[label]
+    provider = "CASE WHEN count(x.provider) > 0 AND max(size(x.provider)) > 0 THEN ['provider'] ELSE [] END" if label is Label.LLM_CALL else "[]"
+    return (
+        f"MATCH (n:{label})-[:{rel}]->(x:{structural}) WITH x LIMIT 200 "
+        f"WITH CASE WHEN count(x.name) > 0 THEN ['{prop}'] ELSE [] END + {provider} AS ks UNWIND ks AS k RETURN k"
+    )
 
 
 def read_texts() -> str:

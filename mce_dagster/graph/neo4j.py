@@ -8,6 +8,7 @@ The driver is imported here only, so nothing else pays for it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,9 +24,13 @@ from neo4j.exceptions import (
     TransientError,
 )
 
+from ..core.ontology import Label
 from ..core.storable import escaped
 from ..errors import GraphUnavailableError, ServiceError
 from .store import DuplicateIdError
+
+log = logging.getLogger(__name__)
+_REPORTED: set[tuple[str, str]] = set()
 
 # What a server that is down or a connection that dropped raises.
 _UNREACHABLE = (ServiceUnavailable, SessionExpired, ConnectionAcquisitionTimeoutError, OSError)
@@ -51,6 +56,8 @@ class Neo4jBackend:
     name = "neo4j"
     # Ids are unique by constraint (cypher.SCHEMA): a duplicate fails its transaction.
     enforces_unique_ids = True
+    # `Label.property` -> why its uniqueness constraint is not in place (ensure_indexes).
+    schema_problems: dict[str, str] = {}
 
     def __init__(self, uri: str, user: str, password: str, database: str | None = None, *, retry_time_s: float = 30.0):
         self.uri = uri
@@ -104,20 +111,58 @@ class Neo4jBackend:
         return GraphUnavailableError(f"the graph is unreachable: Neo4j at {self.uri} did not answer ({written}): {_cause(exc)}")
 
     def ensure_indexes(self, statements: Sequence[str]) -> None:
+        """Create the schema, then read back which uniqueness constraints hold
+        (`SHOW CONSTRAINTS`): one that could not be created (the platform's writer
+        makes a plain index on `<label>.id`, which blocks it) is reported in
+        `schema_problems`, and results are then written by merging, which is safe
+        without it."""
+        problems: dict[str, str] = {}
         try:
             with self._session() as session:
                 for statement in statements:
                     try:
                         session.run(statement).consume()
                     except ClientError as exc:
-                        # An index or constraint that exists already, under whatever name.
-                        if "EquivalentSchemaRule" not in (exc.code or "") and "already exists" not in (exc.message or ""):
+                        if "EquivalentSchemaRule" in (exc.code or ""):
+                            continue  # the same index or constraint, under another name
+                        if "CONSTRAINT" not in statement:
+                            if "already exists" in (exc.message or ""):
+                                continue
                             raise
+                        problems[_constrained(statement)] = f"{exc.code}: {(exc.message or '').splitlines()[0][:200]}"
+                held = {
+                    (r["labelsOrTypes"][0], r["properties"][0])
+                    for r in session.run("SHOW CONSTRAINTS YIELD type, labelsOrTypes, properties").data()
+                    if r["type"] in ("UNIQUENESS", "NODE_KEY", "NODE_PROPERTY_UNIQUENESS") and r["labelsOrTypes"] and r["properties"]
+                }
         except _UNREACHABLE as exc:
             raise self._unavailable(exc) from None
+        for statement in statements:
+            if "CONSTRAINT" in statement:
+                target = _constrained(statement)
+                if tuple(target.split(".", 1)) not in held:
+                    problems.setdefault(target, "not in SHOW CONSTRAINTS after it was created")
+        self.schema_problems = problems
+        fresh = sorted(t for t in problems if (self.uri, t) not in _REPORTED)
+        if fresh:  # once per process, not at every open
+            _REPORTED.update((self.uri, t) for t in fresh)
+            reasons = sorted({problems[t] for t in fresh})
+            log.warning(
+                "Neo4j: no uniqueness constraint on %s, so ids there are not enforced unique (%s%s)",
+                ", ".join(fresh), reasons[0], f"; and {len(reasons) - 1} other reason(s)" if len(reasons) > 1 else "",
+            )
+        # Results are created only where the graph refuses a second one.
+        self.enforces_unique_ids = f"{Label.METRIC_RESULT}.id" not in problems
 
     def close(self) -> None:
         self._driver.close()
+
+
+def _constrained(statement: str) -> str:
+    """`Label.property` of a `CREATE CONSTRAINT ... FOR (n:Label) REQUIRE n.property IS UNIQUE`."""
+    label = statement.split("(n:", 1)[1].split(")", 1)[0]
+    prop = statement.split("REQUIRE n.", 1)[1].split(" ", 1)[0]
+    return f"{label}.{prop}"
 
 
 def _cause(exc: Exception) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.context import Edge, Node, SessionContext
 from ..core.models import MetricNode, MetricResultNode
-from ..core.ontology import ROWS_NOT_PLACED, Label, Scope
+from ..core.ontology import NAMED_BY, ROWS_NOT_PLACED, Label, Scope
 from ..core.session_graph import SessionGraph
 from ..core.storable import escaped
 
@@ -204,6 +204,14 @@ def _session_statement(sessions: Sequence[SessionGraph], grown: Iterable[str] = 
     return statement, params
 
 
+def describe_orphans(orphans: Mapping[str, Mapping[str, int]]) -> str:
+    """One line naming the sessions whose calls have no Session node (see
+    KnowledgeGraph.calls_without_session)."""
+    calls = sum(sum(by_label.values()) for by_label in orphans.values())
+    shown = ", ".join(sorted(orphans)[:10]) + (" ..." if len(orphans) > 10 else "")
+    return f"{calls} call(s) name {len(orphans)} session(s) the graph holds no Session node for, not evaluated: {shown}"
+
+
 class KnowledgeGraph:
     """Reads sessions, writes ingested sessions and metric results."""
 
@@ -306,6 +314,54 @@ class KnowledgeGraph:
     def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
         return {r["id"] for r in self.backend.query(cypher.EXISTING_SESSIONS, {"ids": list(session_ids)})}
 
+    def resolve_sessions(self, session_ids: Sequence[str], ambiguous: dict[str, list[str]] | None = None) -> dict[str, str]:
+        """Each given id -> the id of the Session it names, for the ids that name one.
+        An id the graph holds names itself; a raw platform id (`<app>_<uuid>`, as
+        the queue message carries it) names the session stored under the part after
+        an underscore whose app is the part before it (design 01, section 5).
+        Raises AmbiguousSessionError when two stored sessions answer to one id, or
+        with `ambiguous` given, records it there (id -> the candidates) instead."""
+        from ..errors import AmbiguousSessionError
+
+        ids = list(dict.fromkeys(session_ids))
+        suffixes: dict[str, list[tuple[str, str]]] = {}
+        for raw in ids:
+            for i, ch in enumerate(raw):
+                if ch == "_" and 0 < i < len(raw) - 1:
+                    suffixes.setdefault(raw, []).append((raw[:i], raw[i + 1 :]))
+        asked = set(ids) | {bare for pairs in suffixes.values() for _, bare in pairs}
+        held: dict[str, str | None] = {}
+        for chunk in _chunks(sorted(asked), 5000):
+            held.update({r["id"]: r["app"] for r in self.backend.query(cypher.SESSIONS_WITH_APP, {"ids": chunk})})
+        out: dict[str, str] = {}
+        for raw in ids:
+            if raw in held:
+                out[raw] = raw
+                continue
+            found = [bare for app, bare in suffixes.get(raw, ()) if bare in held and held[bare] in (None, app)]
+            if len(found) > 1:
+                if ambiguous is None:
+                    raise AmbiguousSessionError(raw, found)
+                ambiguous[raw] = sorted(found)
+                continue
+            if found:
+                out[raw] = found[0]
+        return out
+
+    def stamp_unseen_sessions(self, limit: int) -> int:
+        """Give up to `limit` sessions without `ingestedAt` (written by another
+        producer) the time of now; returns how many were stamped."""
+        rows = self.backend.write([(cypher.STAMP_UNSEEN_SESSIONS, {"limit": limit, "now": round(time.time(), 3)})])
+        return int(rows[-1][0]["n"]) if rows and rows[-1] else 0
+
+    def calls_without_session(self) -> dict[str, dict[str, int]]:
+        """session id -> call label -> how many calls name that session while the
+        graph holds no Session node for it."""
+        out: dict[str, dict[str, int]] = defaultdict(dict)
+        for row in self.backend.query(cypher.CALLS_WITHOUT_SESSION):
+            out[row["session"]][row["label"]] = int(row["n"])
+        return dict(out)
+
     def count_sessions(self) -> int:
         return int(self.backend.query(cypher.COUNT_SESSIONS)[0]["n"])
 
@@ -320,6 +376,12 @@ class KnowledgeGraph:
         for row in rows:
             props = {k: v for k, v in row["props"].items() if v is not None}
             label = Label(row["label"])
+            if row["named"] is not None:
+                # The platform's graph names agents, models, tools and apps only on
+                # the structural node behind the call (design 01, section 5).
+                props["appName" if label is Label.SESSION else NAMED_BY[label][0]] = row["named"]
+            if row["namedProvider"]:
+                props["provider"] = row["namedProvider"]
             session_id = props.get("sessionId") or props["id"]
             nodes[session_id].append(Node(label, props))
             for parent in row["parents"] or ():
@@ -335,6 +397,7 @@ class KnowledgeGraph:
         """session -> call id -> its text (states, messages, tool definition), in
         one round trip. Read only for judged metrics: deterministic runs never
         pay for the text."""
+        from ..core.recorded import is_placeholder_text
         from ..core.text import CallText, parse_messages
 
         out: dict[str, dict[str, CallText]] = {sid: {} for sid in session_ids}
@@ -342,8 +405,9 @@ class KnowledgeGraph:
             return out
         for row in self.backend.query(cypher.read_texts(), {"ids": list(session_ids)}):
             out.setdefault(row["session"], {})[row["id"]] = CallText(
-                input=row["input"],
-                output=row["output"],
+                # The platform's normalizer stores "(no content recorded)" for no text.
+                input=None if is_placeholder_text(row["input"]) else row["input"],
+                output=None if is_placeholder_text(row["output"]) else row["output"],
                 input_messages=parse_messages(row["inputMessages"]),
                 output_messages=parse_messages(row["outputMessages"]),
                 tool_description=row["toolDescription"],
@@ -462,8 +526,13 @@ class KnowledgeGraph:
         return int(self.backend.query(cypher.COUNT_RESULTS)[0]["n"])
 
     def property_keys(self, label: Label) -> set[str]:
-        """Property names seen on (a sample of) nodes of one label."""
-        return {r["k"] for r in self.backend.query(cypher.LABEL_PROPERTY_KEYS, {"label": label.value})}
+        """Property names seen on (a sample of) nodes of one label, with those its
+        nodes have through the structural node behind them (the platform's graph
+        names agents, models, tools and apps only there)."""
+        keys = {r["k"] for r in self.backend.query(cypher.LABEL_PROPERTY_KEYS, {"label": label.value})}
+        if keys and (linked := cypher.linked_property_keys(label)):
+            keys |= {r["k"] for r in self.backend.query(linked) if r["k"]}
+        return keys
 
     # -- queries over results (mce serve) ----------------------------------
 

@@ -122,12 +122,11 @@ def build_app() -> FastAPI:
         recursive: bool = Query(False, description="Include the results on the session's calls."),
     ) -> list[dict[str, Any]]:
         try:
-            rows = service.results(session_id, recursive=recursive)
+            return service.results(session_id, recursive=recursive)
+        except UnknownSessionError:
+            raise _Refused(404, f"session {session_id} is not in the knowledge graph", "session_id") from None
         except MCEError as exc:
             raise _Refused(400, str(exc)) from None
-        if not rows and service.unknown_sessions([session_id]):
-            raise _Refused(404, f"session {session_id} is not in the knowledge graph", "session_id")
-        return rows
 
     return app
 

@@ -47,10 +47,12 @@ def submit(session_ids: Sequence[str], metrics: Sequence[str] | None = None) -> 
     if metrics:
         keys = [m.key for name in metrics for m in catalog.resolve(name)]
         selection = {SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in catalog.closure(keys))}
-    known = open_graph().existing_sessions(ids)
-    absent = [k for k in ids if k not in known]
+    # A raw platform id (`<app>_<uuid>`) names the session stored under its uuid.
+    stored = open_graph().resolve_sessions(ids)
+    absent = [k for k in ids if k not in stored]
     if absent:
         raise UnknownSessionError(absent)
+    ids = list(dict.fromkeys(stored[k] for k in ids))
     instance = dagster_instance()
     existing = set(instance.get_dynamic_partitions(SESSIONS))
     new = [k for k in ids if k not in existing]

@@ -9,7 +9,12 @@ from ..ontology import Label
 
 def _count(label: Label):
     def compute(entity: Node, inp: EvaluationInput) -> Outcome:
-        return MetricValue(value=float(len(inp.session.beneath(entity, label))))
+        if unknown := inp.session.unknown_beneath(entity, label):
+            return NotApplicable(unknown)
+        return MetricValue(
+            value=float(len(inp.session.beneath(entity, label))),
+            reasoning=inp.session.inferred_note(entity, label),
+        )
 
     return compute
 
@@ -31,6 +36,8 @@ def tool_error(entity: Node, inp: EvaluationInput) -> Outcome:
 
 def _error_rate(label: Label, noun: str):
     def compute(entity: Node, inp: EvaluationInput) -> Outcome:
+        if unknown := inp.session.unknown_beneath(entity, label):
+            return NotApplicable(unknown)
         calls = inp.session.beneath(entity, label)
         if not calls:
             return NotApplicable(f"no {noun} beneath")
@@ -40,6 +47,7 @@ def _error_rate(label: Label, noun: str):
             value=failed / len(calls),
             numerator=float(failed),
             denominator=float(len(calls)),
+            reasoning=inp.session.inferred_note(entity, label),
             metadata={"status_unknown": unknown},
         )
 

@@ -43,8 +43,14 @@ def actor_sequence(calls: tuple[Node, ...] | list[Node]) -> list[str]:
 
 @native_metric("CyclesCount")
 def cycles_count(entity: Node, inp: EvaluationInput) -> Outcome:
+    if unknown := inp.session.unknown_beneath(entity, Label.TOOL_CALL):
+        return NotApplicable(unknown)
     sequence = actor_sequence(inp.session.beneath(entity))
-    return MetricValue(value=float(count_contiguous_cycles(sequence)), metadata={"sequence_length": len(sequence)})
+    return MetricValue(
+        value=float(count_contiguous_cycles(sequence)),
+        reasoning=inp.session.inferred_note(entity, Label.TOOL_CALL),
+        metadata={"sequence_length": len(sequence)},
+    )
 
 
 def agent_transitions(calls: list[Node]) -> list[tuple[str, str]]:
@@ -70,6 +76,12 @@ def agent_to_agent(entity: Node, inp: EvaluationInput) -> Outcome:
 
 @native_metric("AgentToToolInteractions")
 def agent_to_tool(entity: Node, inp: EvaluationInput) -> Outcome:
+    unplaced = inp.session.provenance.unplaced.get(Label.TOOL_CALL, ())
+    if unplaced:
+        return NotApplicable(
+            f"{len(unplaced)} tool call(s) could be placed under no agent call (first: {unplaced[0]}): "
+            "which agent made them is not known"
+        )
     counts: Counter[str] = Counter()
     for tool in inp.session.calls(Label.TOOL_CALL):
         agent = inp.session.nearest_agent(tool)

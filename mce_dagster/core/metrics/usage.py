@@ -43,10 +43,11 @@ def llm_call_cost(call: Node, inp: EvaluationInput) -> tuple[float, str | None]:
     return cost, price.priced_as
 
 
-def _unpriced_note(missing: int, calls: int, what: str) -> str | None:
-    if not missing:
-        return None
-    return f"{missing} of {calls} LLM calls beneath record no {what} and are not counted"
+def _sum_unknown(missing: list[str], calls: int, what: str) -> MetricFailure:
+    """A sum over calls some of which record no usage is not the entity's usage."""
+    return MetricFailure(
+        f"{len(missing)} of {calls} LLM calls beneath record no {what} (first: {missing[0]}): the sum is not known"
+    )
 
 
 def _failed_without_usage(call: Node) -> NotApplicable | None:
@@ -69,25 +70,33 @@ def token_count(entity: Node, inp: EvaluationInput) -> Outcome:
             value=float(total),
             metadata={"prompt": prompt, "completion": completion, "cache_read": cache_read},
         )
+    if unknown := inp.session.unknown_beneath(entity, Label.LLM_CALL):
+        return NotApplicable(unknown)
     calls = inp.session.beneath(entity, Label.LLM_CALL)
     sums = [0, 0, 0, 0]
-    missing = 0
+    missing: list[str] = []
+    failed_without_usage = 0
     for call in calls:
+        if _failed_without_usage(call):
+            failed_without_usage += 1
+            continue
         try:
             parts = llm_call_tokens(call)
         except MetricFailure:
-            missing += 1
+            missing.append(call.id)
             continue
         sums = [a + b for a, b in zip(sums, parts)]
+    if missing:
+        raise _sum_unknown(missing, len(calls), "token usage")
     return MetricValue(
         value=float(sums[0]),
-        reasoning=_unpriced_note(missing, len(calls), "token usage"),
+        reasoning=inp.session.inferred_note(entity, Label.LLM_CALL),
         metadata={
             "prompt": sums[1],
             "completion": sums[2],
             "cache_read": sums[3],
             "llm_calls": len(calls),
-            "llm_calls_without_usage": missing,
+            "llm_calls_without_usage": failed_without_usage,
         },
     )
 
@@ -104,25 +113,35 @@ def cost(entity: Node, inp: EvaluationInput) -> Outcome:
             metadata["priced_as"] = priced_as
             reasoning = f"model {entity.get('modelName')!r} is not in the price table; priced as {priced_as}"
         return MetricValue(value=value, reasoning=reasoning, metadata=metadata)
+    if unknown := inp.session.unknown_beneath(entity, Label.LLM_CALL):
+        return NotApplicable(unknown)
     calls = inp.session.beneath(entity, Label.LLM_CALL)
     total = 0.0
-    missing = 0
+    missing: list[str] = []
+    failed_without_usage = 0
     priced_as: dict[str, str] = {}
     for call in calls:
+        if _failed_without_usage(call):
+            failed_without_usage += 1
+            continue
         try:
             value, as_model = llm_call_cost(call, inp)
         except MetricFailure:
-            missing += 1
+            if inp.prices is None:
+                raise
+            missing.append(call.id)
             continue
         total += value
         if as_model:
             priced_as[str(call.get("modelName"))] = as_model
-    notes = [n for n in [_unpriced_note(missing, len(calls), "token counts")] if n]
+    if missing:
+        raise _sum_unknown(missing, len(calls), "prompt/completion token counts")
+    notes = [n for n in [inp.session.inferred_note(entity, Label.LLM_CALL)] if n]
     if priced_as:
         notes.append(
             "not in the price table, priced as gpt-4o: " + ", ".join(sorted(priced_as))
         )
-    metadata = {"llm_calls": len(calls), "llm_calls_without_usage": missing}
+    metadata = {"llm_calls": len(calls), "llm_calls_without_usage": failed_without_usage}
     if priced_as:
         metadata["priced_as"] = priced_as
     return MetricValue(value=total, reasoning="; ".join(notes) or None, metadata=metadata)
