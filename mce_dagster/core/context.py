@@ -130,16 +130,20 @@ class SessionContext:
         return cls(session=session, nodes=by_id, children=dict(children), spans=spans, provenance=provenance)
 
     def unknown_beneath(self, entity: Node, label: Label) -> str | None:
-        """Why the calls of `label` beneath an agent call are not known, or None:
-        some calls of the session could be placed under no agent call, so any agent
-        call may be missing some of its own."""
+        """Why the calls of `label` beneath an agent call are not known, or None.
+        Some calls of the session may be placed under no agent call (core.recorded);
+        one whose time overlaps this agent call's may be its own. One outside it is
+        not: an agent's calls happen while it runs."""
         unplaced = self.provenance.unplaced.get(label, ())
         if entity.label is not Label.AGENT_CALL or not unplaced:
             return None
+        overlapping = [i for i in unplaced if self.nodes[i].start < entity.end and entity.start < self.nodes[i].end]
+        if not overlapping:
+            return None
         return (
-            f"{len(unplaced)} {label} call(s) of the session could be placed under no agent call "
+            f"{len(overlapping)} {label} call(s) while this agent call ran could be placed under no agent call "
             f"(no link in the graph, and neither span ancestry nor time containment places them, "
-            f"first: {unplaced[0]}): what this agent call holds is not known"
+            f"first: {overlapping[0]}): what this agent call holds is not known"
         )
 
     def inferred_note(self, entity: Node, label: Label | None = None) -> str | None:
