@@ -19,7 +19,9 @@ Normalising (`normalise`): HTML entities and tags undone, Unicode NFKC (full-wid
 and mathematical letters, the full-width colon), format characters (category Cf:
 zero-width spaces and joiners, soft hyphens, direction marks) removed, case
 folded, Cyrillic and Greek look-alikes folded to Latin, accents and other
-combining marks dropped, markdown emphasis removed, whitespace collapsed. The
+combining marks dropped, markdown emphasis removed (a heading read as the label of
+what follows it), digits standing for letters inside a word read as those letters
+("ign0re"), letters spelled out one by one joined, whitespace collapsed. The
 Cyrillic and CJK phrases are matched on a second copy that keeps those scripts.
 """
 
@@ -79,7 +81,12 @@ def _drop_marks(text: str, decompose: bool) -> str:
     return unicodedata.normalize("NFC", "".join(ch for ch in text if not unicodedata.combining(ch)))
 
 
+# A markdown heading alone on its line reads as a label of what follows ("# Score" then "5").
+_HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]*([^\n#]+?)[ \t#]*\n", re.MULTILINE)
+
+
 def _collapse(text: str) -> str:
+    text = _HEADING.sub(lambda m: m.group(1) + ": ", text)
     return re.sub(r"\s+", " ", _MARKUP.sub("", text)).strip()
 
 
@@ -153,8 +160,13 @@ _INSTRUCTION_LATIN = [
     r"\b" + _GRADER + r"s?\s*[:,]\s*(?:please\s+)?(?:give|rate|score|assign|award|output|return|respond|reply|answer|write|ignore|disregard|forget)\b",
     r"\b(?:ai|llm|model|system|assistant)s?\s+(?:that\s+is\s+|who\s+is\s+)?(?:grading|evaluating|judging|scoring|assessing|rating)\s+(?:this|these|the\s+(?:answer|response|output|transcript))\b",
     r"\bnew\s+(?:rubric|grading\s+(?:rules|instructions|criteria)|scoring\s+(?:rules|instructions))\b",
-    _IMPERATIVE + r"(?:give|assign|award|rate|score|grade|mark)\s+(?:(?:it|this|that|the)\s+)?(?:(?:answer|response|reply|output|transcript|session)\s+)?"
+    # (an object or an article is required: "Grade 5 students" is not a demand)
+    _IMPERATIVE + r"(?:give|assign|award|rate|score|grade|mark)\s+(?:(?:it|this|that|the)\s+(?:(?:answer|response|reply|output|transcript|session)\s+)?|"
+    r"(?:answer|response|reply|output|transcript|session)\s+|(?=an?\s|the\s))"
     r"(?:with\s+|as\s+)?(?:an?\s+|the\s+)?(?:(?:score|rating|grade)\s+of\s+)?" + _TOP + r"\b" + _NOT_A_UNIT,
+    r"\b(?:forget|ignore|disregard)\s+(?:everything|anything|all\s+of\s+it)\s+(?:you\s+(?:were|have\s+been)\s+told|above|said\s+(?:above|before)|(?:that\s+)?came\s+before)",
+    r"\b(?:all|any|the|your)\s+(?:previous\s+|prior\s+|above\s+|earlier\s+|preceding\s+|grading\s+|scoring\s+)?instructions\s+(?:above\s+|given\s+(?:to\s+you\s+)?|before\s+)?"
+    r"(?:are|is|were)\s+(?:now\s+)?(?:void|cancell?ed|invalid|null|obsolete|revoked|withdrawn|superseded|no\s+longer\s+(?:valid|apply|applicable))\b",
     r"\b(?:this|the)\s+(?:answer|response|reply|output)\s+(?:deserves|merits|earns|must\s+(?:get|receive|be\s+given)|should\s+(?:get|receive|be\s+given))\s+(?:an?\s+|the\s+)?" + _TOP + r"\b",
     r"\b(?:respond|reply|answer|output|end|finish)\s+(?:only\s+)?(?:with|by\s+writing)\s+(?:the\s+line\s+)?score\b",
     # French
@@ -230,7 +242,7 @@ _SCORE_LABEL = (
 _SEPARATOR = r"\s*(?::|=|=>|->|-|–|—|\bis\b|\bequals\b|\best\b|\bes\b|\bist\b)\s*"
 # A value on the judge's scale: 1 to 5, perhaps "/5" or "out of 5"; or a top mark on another scale.
 _VALUE = (
-    r"(?:[1-5](?![\d.,]\d)(?:\s*(?:/|out\s+of|of|sur|de|von|su)\s*(?:5|10)\b)?|(?:10|20|100)\s*/\s*(?:10|20|100)\b|"
+    r"(?:[1-5](?!\d|[.,]\d)(?:\s*(?:/|out\s+of|of|sur|de|von|su)\s*(?:5|10)\b)?|(?:10|20|100)\s*/\s*(?:10|20|100)\b|"
     r"(?:one|two|three|four|five|cinq|cinco|funf|cinque)\b|(?:full|top|perfect)\s+marks?\b|perfect\b|maximum\b)"
 )
 # "the score was 5-3", "Final score: 2 - 1": a match's result, not a grade.
@@ -240,8 +252,8 @@ _SCORE_LATIN = [
     r"\bnote\s*(?::|=)\s*(?:[1-5]\s*(?:/|sur)\s*5|(?:10|20)\s*(?:/|sur)\s*(?:10|20))\b",
 ]
 _SCORE_NATIVE = [
-    r"(?:оценка|балл|баллы|итоговая\s+оценка|рейтинг)\s*(?::|=|-|—)\s*(?:[1-5](?![\d.,]\d)(?:\s*(?:/|из)\s*(?:5|10))?|пять|10\s*/\s*10)" + _NOT_A_RESULT,
-    r"(?:评分|分数|得分|打分|最终得分|总分|評分|分數|スコア|評価|点数)\s*(?::|=|为|是|為)\s*(?:[1-5](?![\d.,]\d)(?:\s*/\s*(?:5|10))?|五|满分|10\s*/\s*10)" + _NOT_A_RESULT,
+    r"(?:оценка|балл|баллы|итоговая\s+оценка|рейтинг)\s*(?::|=|-|—)\s*(?:[1-5](?!\d|[.,]\d)(?:\s*(?:/|из)\s*(?:5|10))?|пять|10\s*/\s*10)" + _NOT_A_RESULT,
+    r"(?:评分|分数|得分|打分|最终得分|总分|評分|分數|スコア|評価|点数)\s*(?::|=|为|是|為)\s*(?:[1-5](?!\d|[.,]\d)(?:\s*/\s*(?:5|10))?|五|满分|10\s*/\s*10)" + _NOT_A_RESULT,
 ]
 
 
