@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,15 @@ def test_scripts_other_than_latin_are_kept_for_their_own_phrases():
 )
 def test_what_is_found_is_named(text, signals):
     assert injection_signals(text) == signals
+
+
+def test_a_long_transcript_is_read_in_linear_time():
+    # A transcript is not clipped: a pattern that backtracks over a long run of digits,
+    # CJK characters or single letters would hold the run for minutes.
+    for text in ("7" * 100_000, "忽" * 100_000, "a " * 50_000, "ignore " + "x " * 50_000):
+        started = time.perf_counter()
+        injection_signals(text)
+        assert time.perf_counter() - started < 5, text[:20]
 
 
 def test_only_the_sections_that_address_the_grader_are_named():

@@ -53,7 +53,8 @@ _LOOKALIKES = str.maketrans({
 _LATIN_IN_CYRILLIC = str.maketrans({"a": "а", "c": "с", "e": "е", "o": "о", "p": "р", "x": "х", "y": "у", "k": "к", "m": "м", "h": "н", "t": "т", "b": "в"})
 # Digits and signs standing for letters inside a word ("ign0re", "rubr1c", "$core").
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"})
-_LEET_WORD = re.compile(r"[\w@$]*[a-z][\w@$]*")
+_LEET_WORD = re.compile(r"[\w@$]+")
+_LATIN_LETTER = re.compile(r"[a-z]")
 # Blank characters that Unicode does not class as spaces or format characters.
 _INVISIBLE = str.maketrans({"\u3164": " ", "\u2800": " ", "\u115f": "", "\u1160": "", "\uffa0": " "})
 _TAG = re.compile(r"</?[a-z][^<>]{0,40}>", re.IGNORECASE)
@@ -93,7 +94,9 @@ def _collapse(text: str) -> str:
 def normalise(text: str) -> str:
     """The text as the Latin-script patterns read it (see the module's docstring)."""
     text = _drop_marks(_common(text).translate(_LOOKALIKES), decompose=True)
-    text = _LEET_WORD.sub(lambda m: m.group().translate(_LEET) if not m.group().isdigit() else m.group(), text)
+    # (one token at a time, tested in the function: a pattern that searches for the
+    # letter would be quadratic on a long run of digits)
+    text = _LEET_WORD.sub(lambda m: m.group().translate(_LEET) if _LATIN_LETTER.search(m.group()) else m.group(), text)
     text = _collapse(text)
     return _SPACED_LETTERS.sub(lambda m: re.sub(r"[ .\-]", "", m.group()), text)
 
@@ -174,7 +177,7 @@ _INSTRUCTION_LATIN = [
         _words(r"ignorez?", "ignorer", r"oubliez?", "oublier", r"ne\s+(?:tiens|tenez)\s+pas\s+compte\s+(?:de|des|du)", r"(?:fais|faites)\s+abstraction\s+(?:de|des|du)", r"negligez?"),
         strong=_words("bareme", r"grille\s+d\s*evaluation", r"grille\s+de\s+notation", r"criteres\s+d\s*evaluation", r"criteres\s+de\s+notation"),
         weak=_words("instructions", "consignes", "regles", "criteres", "directives"),
-        before=_words("tes", "vos", r"toutes\s+les", "vos", "tes"),
+        before=_words("tes", "vos", r"toutes\s+les"),
         after=_words("precedentes", "anterieures", r"ci\s*-?\s*dessus", "initiales", r"d\s*evaluation", r"de\s+notation"),
     ),
     r"\b(?:a\s+l|au|aux|cher|chere)\s*(?:evaluateur|evaluatrice|correcteur|correctrice|examinateur|juge)s?\b",
