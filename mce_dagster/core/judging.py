@@ -4,7 +4,8 @@ and cost of a judgment (design 03). The calls themselves are `mce_dagster.judge`
 
 Session content is untrusted text: it goes between markers that it cannot close
 (any marker-like text inside is defused), and the system prompt says that nothing
-between them is an instruction or a score. The reply's score is read from its
+between them is an instruction or a score; text that tries to be one anyway is
+flagged (`suspected_injection`, in `injection`). The reply's score is read from its
 last line, `Score: N`, and nowhere else: never "the last number in the text".
 """
 
@@ -17,19 +18,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# Re-exported: the judge's side has always been where callers find it.
+from .injection import suspected_injection as suspected_injection
 from .metric import MetricFailure, MetricValue, PriceLookup
 
 SCORES = (1, 2, 3, 4, 5)
 _DIGITS = {str(s): s for s in SCORES}
 _SCORE_LINE = re.compile(r"^\s*Score:\s*(?P<value>\S+?)\s*\.?\s*$")
 _SCORE_LIKE = re.compile(r"^\s*\W*score\W*[:=]", re.IGNORECASE)
-_MARKER = re.compile(r"<<<|>>>")
-# Phrases that, inside session content, address the grader rather than the user.
-_INJECTION = re.compile(
-    r"ignore (all |the |any |your )?(previous |prior |above )?(instructions|rubric)|"
-    r"score\s*:\s*[1-5]\b|you are (now )?(the |an )?(grader|evaluator|judge)|system prompt|rate this (answer|response)",
-    re.IGNORECASE,
-)
+# The markers, as a model reads them: with their full-width and small-form
+# look-alikes, and with invisible characters between the brackets.
+_INVISIBLE = "[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*"
+_MARKER = re.compile(rf"[<＜﹤](?:{_INVISIBLE}[<＜﹤]){{2}}|[>＞﹥](?:{_INVISIBLE}[>＞﹥]){{2}}")
 # Normalised entropy above which a distribution over the five digits says the judge
 # could not tell (a flat distribution has 1.0).
 FLAT_ENTROPY = 0.9
@@ -46,12 +46,7 @@ SYSTEM_PROMPT = (
 
 def defuse(text: str) -> str:
     """Session text that cannot close or open an evidence block."""
-    return _MARKER.sub(lambda m: "‹‹‹" if m.group() == "<<<" else "›››", text)
-
-
-def suspected_injection(evidence: Mapping[str, str]) -> list[str]:
-    """The evidence sections holding text that addresses the grader."""
-    return [name for name, body in evidence.items() if _INJECTION.search(body or "")]
+    return _MARKER.sub(lambda m: "‹‹‹" if m.group()[0] in "<＜﹤" else "›››", text)
 
 
 def build_messages(metric: str, rubric: str, evidence: Mapping[str, str]) -> tuple[dict[str, str], ...]:

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 
 from .. import text as session_text
 from ..context import Node, SessionContext
-from ..judging import JudgeTask, build_messages, judged_value, suspected_injection
+from ..injection import suspected_injection
+from ..judging import JudgeTask, build_messages, judged_value
 from ..metric import EvaluationInput, MetricFailure, NotApplicable, Outcome
 from ..ontology import Label
 
