@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .. import service
 from ..errors import MCEError, UnknownMetricError, UnknownSessionError, shown
@@ -30,8 +30,23 @@ HOST = "127.0.0.1"
 # What an id may look like: printable, no path separators, bounded.
 ID_PATTERN = rf"^[^/\s\x00-\x1f]{{1,{MAX_ID_LENGTH}}}$"
 
-SessionId = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
-MetricName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH)]
+
+
+def _from_1_to(limit: int):
+    """A length check that leaves the string as Python read it: pydantic's own
+    max_length converts it first and refuses a lone surrogate a client's JSON may
+    hold, which is an unknown id (404), not a malformed request."""
+
+    def check(value: str) -> str:
+        if not 0 < len(value) <= limit:
+            raise ValueError(f"should have 1 to {limit} characters, not {len(value)}")
+        return value
+
+    return AfterValidator(check)
+
+
+SessionId = Annotated[str, Field(json_schema_extra={"minLength": 1, "maxLength": MAX_ID_LENGTH}), _from_1_to(MAX_ID_LENGTH)]
+MetricName = Annotated[str, Field(json_schema_extra={"minLength": 1, "maxLength": MAX_NAME_LENGTH}), _from_1_to(MAX_NAME_LENGTH)]
 
 
 class ComputeRequest(BaseModel):
