@@ -27,6 +27,7 @@ TOKEN = "test-token-" + "7f3a9c2e5b1d4068"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 KEPT = 5  # MCE_QUERY_RESULTS_KEPT of the MCP server under test
 MB = 1 << 20
+PROXIED_NAME = "mce.example.com"  # MCE_ALLOWED_HOSTS of the REST API under test, as behind a proxy
 INITIALIZE = {
     "jsonrpc": "2.0", "id": 1, "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
@@ -74,7 +75,7 @@ def _start(args: list[str], env: dict[str, str], log: Path):
 @pytest.fixture(scope="module")
 def api(graph, mce_home):
     log = mce_home / "api.log"
-    process, url, port = _start(["--api"], _env(mce_home, MCE_API_TOKEN=TOKEN), log)
+    process, url, port = _start(["--api"], _env(mce_home, MCE_API_TOKEN=TOKEN, MCE_ALLOWED_HOSTS=PROXIED_NAME), log)
     yield url
     process.terminate()
     process.wait(20)
@@ -166,6 +167,12 @@ def test_a_rebound_name_is_misdirected(server, request):
     port = url.rsplit(":", 1)[1]
     assert httpx.get(f"{url}/healthz", headers={"Host": f"localhost:{port}"}, timeout=30).status_code == 200
     assert httpx.get(f"{url}/healthz", headers={"Host": f"localhost.attacker.example:{port}"}, timeout=30).status_code == 421
+
+
+def test_the_name_a_reverse_proxy_passes_is_answered_and_no_look_alike(api):
+    assert httpx.get(f"{api}/metrics", headers={**AUTH, "Host": PROXIED_NAME}, timeout=30).status_code == 200
+    for look_alike in (f"{PROXIED_NAME}.attacker.example", f"attacker.{PROXIED_NAME}", f"{PROXIED_NAME}@attacker.example"):
+        assert httpx.get(f"{api}/metrics", headers={**AUTH, "Host": look_alike}, timeout=30).status_code == 421, look_alike
 
 
 def test_a_page_of_another_origin_is_refused(api):
