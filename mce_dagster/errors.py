@@ -7,6 +7,21 @@ so every layer, the pure core included, may raise these.
 
 from __future__ import annotations
 
+#: the most of a caller's text an error message quotes back
+SHOWN_CHARACTERS = 64
+
+
+def shown(text: object, limit: int = SHOWN_CHARACTERS, quoted: bool = True) -> str:
+    """A caller's value as an error message may quote it: its first `limit`
+    characters, as a Python literal (so quotes, line breaks, control characters and
+    lone surrogates come out escaped), and how long it was when it was longer. A
+    reply never grows with what was sent. `quoted=False` leaves a printable value
+    bare, as an id in a list reads."""
+    text = str(text)
+    prefix = text[:limit]
+    literal = prefix if not quoted and prefix.isprintable() and "'" not in prefix else repr(prefix)
+    return literal if len(text) <= limit else f"{literal}... ({len(text)} characters)"
+
 
 class MCEError(Exception):
     """Something the user can fix: bad input, bad configuration, a missing service."""
@@ -34,8 +49,8 @@ class UnknownSessionError(InputError):
 
     def __init__(self, session_ids: list[str]):
         self.session_ids = list(session_ids)
-        shown = ", ".join(self.session_ids[:10]) + (" ..." if len(self.session_ids) > 10 else "")
-        super().__init__(f"{len(self.session_ids)} session(s) are not in the knowledge graph: {shown}")
+        listed = ", ".join(shown(s, quoted=False) for s in self.session_ids[:10]) + (" ..." if len(self.session_ids) > 10 else "")
+        super().__init__(f"{len(self.session_ids)} session(s) are not in the knowledge graph: {listed}")
 
 
 class AmbiguousSessionError(InputError):
@@ -44,7 +59,7 @@ class AmbiguousSessionError(InputError):
     def __init__(self, session_id: str, candidates: list[str]):
         self.session_id = session_id
         self.candidates = sorted(candidates)
-        super().__init__(f"session id {session_id[:200]!r} is ambiguous: the graph holds {', '.join(self.candidates[:10])}")
+        super().__init__(f"session id {shown(session_id)} is ambiguous: the graph holds {', '.join(self.candidates[:10])}")
 
 
 class UnknownMetricError(ConfigurationError, KeyError):

@@ -462,7 +462,8 @@ def query_metric(
         session_id = stored_session_id(session_id, kg)
     answer = query.query_metric(kg, catalog(), metric, scope, session_id, app, agent, since, until, by)
     vocabulary = {kind: sorted(names) for kind, names in kg.result_vocabulary().items()}
-    query.save_result(Settings.from_env().mce_home, answer, vocabulary)
+    settings = Settings.from_env()
+    query.save_result(settings.mce_home, answer, vocabulary, keep=settings.query_results_kept)
     return answer
 
 

@@ -58,6 +58,10 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("MCE_SENSOR_TICK_SECONDS", "20", "time budget of one sensor tick (Dagster's tick time-out is 60 s)"),
     ("MCE_SENSOR_INTERVAL", "10", "seconds between two ticks of a sensor"),
     ("MCE_ANNOUNCE_WAIT_SECONDS", "600", "how long a session announced before it is in the graph is retried before it is dead-lettered"),
+    ("MCE_API_TOKEN", "unset: no token, loopback only", "the bearer token the REST API and MCP over HTTP require (`Authorization: Bearer TOKEN`), 16 characters or more; needed to serve on anything but loopback; never logged"),
+    ("MCE_ALLOWED_HOSTS", "unset: the loopback names only", "more `Host` names (comma-separated, `name` or `name:port`) the REST API and MCP over HTTP answer to, as behind a reverse proxy; any other is refused with 421"),
+    ("MCE_MAX_REQUEST_BYTES", "1048576", "the largest request body the REST API and MCP over HTTP read (1 MiB); a larger one is refused with 413"),
+    ("MCE_QUERY_RESULTS_KEPT", "200", "answers of query_metric kept under $MCE_HOME/query_results for verify_answer; the least recently saved go first"),
 )
 
 JUDGE_CACHE_MODES = ("off", "live", "record", "replay")
@@ -139,6 +143,12 @@ class Settings:
     sensor_tick_seconds: float = 20.0
     sensor_interval: int = 10
     announce_wait_seconds: float = 600.0
+    #: the bearer token of the HTTP servers; None: no token, so loopback only
+    api_token: str | None = field(default=None, repr=False)
+    #: Host names the HTTP servers answer to besides the loopback names
+    allowed_hosts: tuple[str, ...] = ()
+    max_request_bytes: int = 1_048_576
+    query_results_kept: int = 200
     judge: JudgeSettings = JudgeSettings()
     prices: PriceSettings = PriceSettings()
     #: the variables of `VARIABLES` that were set, so defaults can be told from choices
@@ -171,6 +181,10 @@ class Settings:
             sensor_tick_seconds=_bounded(env, "MCE_SENSOR_TICK_SECONDS", 20.0, float, 1.0),
             sensor_interval=_bounded(env, "MCE_SENSOR_INTERVAL", 10, int, 1),
             announce_wait_seconds=_bounded(env, "MCE_ANNOUNCE_WAIT_SECONDS", 600.0, float, 0.0),
+            api_token=env.get("MCE_API_TOKEN") or None,
+            allowed_hosts=tuple(h.strip().lower() for h in (env.get("MCE_ALLOWED_HOSTS") or "").split(",") if h.strip()),
+            max_request_bytes=_bounded(env, "MCE_MAX_REQUEST_BYTES", 1_048_576, int, 1024),
+            query_results_kept=_bounded(env, "MCE_QUERY_RESULTS_KEPT", 200, int, 1),
             judge=_judge(env, home),
             prices=PriceSettings(
                 refresh=_flag(env.get("MODEL_PRICES_REFRESH"), True),

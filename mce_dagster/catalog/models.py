@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from ..core.metric import DependencyKey, MetricFunction
 from ..core.ontology import COMMON_PROPS, EXTRA_PROPS, Label, Scope
-from ..errors import ConfigurationError, UnknownMetricError
+from ..errors import ConfigurationError, UnknownMetricError, shown
 
 NATIVE_PROVIDER = "native"
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9]*$"
@@ -53,14 +53,14 @@ class MetricRef:
         if not dot:
             provider, _, name = rest.rpartition("_")
         if not _NAME.match(name) or (provider and not _PROVIDER.match(provider)) or (rest != name and not provider):
-            raise UnknownMetricError(f"{text!r} is not a metric name (Name, provider.Name, Scope/Name)")
+            raise UnknownMetricError(f"{shown(text)} is not a metric name (Name, provider.Name, Scope/Name)")
         if not slash:
             return cls(name, provider or NATIVE_PROVIDER)
         try:
             scope = Scope(scope_text)
         except ValueError:
             known = ", ".join(s.value for s in Scope)
-            raise UnknownMetricError(f"unknown scope {scope_text!r} in {text!r} (scopes: {known})") from None
+            raise UnknownMetricError(f"unknown scope {shown(scope_text)} in {shown(text)} (scopes: {known})") from None
         return cls(name, provider or NATIVE_PROVIDER, scope)
 
     def key(self, default_scope: Scope) -> DependencyKey:
@@ -255,14 +255,14 @@ class Catalog:
             return found
         if ref.provider not in self.providers:
             raise UnknownMetricError(
-                f"unknown provider {ref.provider!r} in {str(ref)!r} (providers: {', '.join(sorted(self.providers))})"
+                f"unknown provider {shown(ref.provider)} in {shown(ref)} (providers: {', '.join(sorted(self.providers))})"
             )
         elsewhere = sorted(str(d.ref) for (p, n), d in self.definitions.items() if n == ref.name)
         names = sorted(n for p, n in self.definitions if p == ref.provider)
         close = difflib.get_close_matches(ref.name, names, n=3)
-        message = f"no metric named {ref.name!r}"
+        message = f"no metric named {shown(ref.name)}"
         if ref.provider != NATIVE_PROVIDER:
-            message += f" from provider {ref.provider!r}"
+            message += f" from provider {shown(ref.provider)}"
         if elsewhere:
             message += f"; defined as {', '.join(elsewhere)}"
         elif close:

@@ -1,6 +1,10 @@
 """The REST API (the `[api]` extra): the engine as a service, over `mce_dagster.service`.
 
-    mce serve --api 8000       # 127.0.0.1 only; the schema at /openapi.json
+    mce serve --api 8000       # on 127.0.0.1; the schema at /openapi.json
+    MCE_API_TOKEN=... mce serve --api 8000 --host 0.0.0.0
+
+Every route but `GET /healthz` takes the bearer token when MCE_API_TOKEN is set, and
+every request passes the checks of `serve.guard` (Host, token, body size) first.
 
 `POST /compute_metrics` submits the evaluation as Dagster runs through the instance
 and returns their ids; `GET /runs/{id}` reports progress and, once done, the results
@@ -11,27 +15,49 @@ field: `{"error": ..., "field": ...}`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .. import service
-from ..errors import MCEError, UnknownMetricError, UnknownSessionError
+from ..errors import MCEError, UnknownMetricError, UnknownSessionError, shown
+from .guard import LIVENESS_PATH, MAX_ID_LENGTH, MAX_METRICS_PER_REQUEST, MAX_NAME_LENGTH, MAX_SESSIONS_PER_REQUEST
 
 HOST = "127.0.0.1"
 # What an id may look like: printable, no path separators, bounded.
-ID_PATTERN = r"^[^/\s\x00-\x1f]{1,200}$"
+ID_PATTERN = rf"^[^/\s\x00-\x1f]{{1,{MAX_ID_LENGTH}}}$"
+
+
+
+def _from_1_to(limit: int):
+    """A length check that leaves the string as Python read it: pydantic's own
+    max_length converts it first and refuses a lone surrogate a client's JSON may
+    hold, which is an unknown id (404), not a malformed request."""
+
+    def check(value: str) -> str:
+        if not 0 < len(value) <= limit:
+            raise ValueError(f"should have 1 to {limit} characters, not {len(value)}")
+        return value
+
+    return AfterValidator(check)
+
+
+SessionId = Annotated[str, Field(json_schema_extra={"minLength": 1, "maxLength": MAX_ID_LENGTH}), _from_1_to(MAX_ID_LENGTH)]
+MetricName = Annotated[str, Field(json_schema_extra={"minLength": 1, "maxLength": MAX_NAME_LENGTH}), _from_1_to(MAX_NAME_LENGTH)]
 
 
 class ComputeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    session_ids: list[str] = Field(min_length=1, max_length=10_000, description="Sessions of the knowledge graph to evaluate.")
-    metrics: list[str] | None = Field(
-        None, min_length=1, description="Metric names (Name, provider.Name, Scope/Name); null for every enabled metric."
+    session_ids: list[SessionId] = Field(
+        min_length=1, max_length=MAX_SESSIONS_PER_REQUEST, description="Sessions of the knowledge graph to evaluate."
+    )
+    metrics: list[MetricName] | None = Field(
+        None, min_length=1, max_length=MAX_METRICS_PER_REQUEST,
+        description="Metric names (Name, provider.Name, Scope/Name); null for every enabled metric.",
     )
 
 
@@ -83,12 +109,17 @@ def build_app() -> FastAPI:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
-        field = ".".join(loc) or None
-        return _problem(422, f"{field or 'request'}: {first.get('msg', 'invalid')}", field)
+        # A field name can be the caller's own (an unknown key): quoted short, like any value.
+        field = shown(".".join(loc), quoted=False) if loc else None
+        return _problem(422, f"{field or 'request'}: {shown(first.get('msg', 'invalid'), 200, quoted=False)}", field)
 
     @app.exception_handler(_Refused)
     async def _refused(request: Request, exc: _Refused) -> JSONResponse:
         return _problem(exc.status, exc.error, exc.field)
+
+    @app.get(LIVENESS_PATH, summary="Liveness: the process answers (no token needed, nothing read)")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
 
     @app.get("/metrics", summary="The metric catalog")
     def metrics() -> list[dict[str, Any]]:
@@ -110,28 +141,34 @@ def build_app() -> FastAPI:
             raise _Refused(400, str(exc)) from None
 
     @app.get("/runs/{run_id}", summary="A submitted run: progress, and its results once done", responses=errors)
-    def run(run_id: str = Path(pattern=ID_PATTERN)) -> RunReport:
+    def run(run_id: str = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)) -> RunReport:
         found = service.run_report(run_id)
         if found is None:
-            raise _Refused(404, f"no run {run_id} in the Dagster instance", "run_id")
+            raise _Refused(404, f"no run {shown(run_id, quoted=False)} in the Dagster instance", "run_id")
         return RunReport(**found)
 
     @app.get("/sessions/{session_id}/metrics", summary="A session's stored results", responses=errors)
     def session_metrics(
-        session_id: str = Path(pattern=ID_PATTERN),
+        session_id: str = Path(max_length=MAX_ID_LENGTH, pattern=ID_PATTERN),
         recursive: bool = Query(False, description="Include the results on the session's calls."),
     ) -> list[dict[str, Any]]:
         try:
             return service.results(session_id, recursive=recursive)
         except UnknownSessionError:
-            raise _Refused(404, f"session {session_id} is not in the knowledge graph", "session_id") from None
+            raise _Refused(404, f"session {shown(session_id, quoted=False)} is not in the knowledge graph", "session_id") from None
         except MCEError as exc:
             raise _Refused(400, str(exc)) from None
 
     return app
 
 
-def serve_api(port: int) -> None:
+def serve_api(port: int, host: str = HOST) -> None:
+    """Serve on host:port behind the guard; refused at once where it is not safe."""
     import uvicorn
 
-    uvicorn.run(build_app(), host=HOST, port=port, log_level="warning")
+    from ..settings import Settings
+    from .guard import check_bind, guarded
+
+    settings = Settings.from_env()
+    check_bind(host, settings)
+    uvicorn.run(guarded(build_app(), host, port, settings), host=host, port=port, log_level="warning")

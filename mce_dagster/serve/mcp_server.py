@@ -2,6 +2,11 @@
 
     mce serve              # stdio, for a client that starts the process
     mce serve --http 8765  # streamable HTTP on 127.0.0.1:8765/mcp
+    MCE_API_TOKEN=... mce serve --http 8765 --host 0.0.0.0
+
+Over HTTP every request but `GET /healthz` passes the checks of `serve.guard`
+(Host, the bearer token when MCE_API_TOKEN is set, body size) before the SDK sees
+it, and every tool argument is bounded in length.
 
 There is no tool that runs Cypher: an agent names a metric, a scope, filters and at
 most one allowed cut, and gets the numbers with the Cypher that produced them; the
@@ -13,12 +18,18 @@ what is `allowed`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
+from pydantic import Field
 
 from .. import service
 from ..errors import MCEError
+from .guard import LIVENESS_PATH, MAX_ID_LENGTH, MAX_NAME_LENGTH, MAX_TEXT_LENGTH, MAX_TIME_LENGTH
+
+Name = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
+Id = Annotated[str, Field(max_length=MAX_ID_LENGTH)]
+Time = Annotated[str, Field(max_length=MAX_TIME_LENGTH)]
 
 TOOLS = ("list_metrics", "get_metric", "query_metric", "verify_answer")
 HOST = "127.0.0.1"
@@ -48,21 +59,21 @@ def build_server() -> MCPServer:
         return _answer(lambda: {"metrics": service.list_metrics()})
 
     @server.tool()
-    def get_metric(metric: str) -> dict[str, Any]:
+    def get_metric(metric: Name) -> dict[str, Any]:
         """What one metric means: description, caveats, value range, version, how it
         rolls up, and the cuts allowed at each scope. `metric`: Name or provider.Name."""
         return _answer(lambda: service.get_metric(metric))
 
     @server.tool()
     def query_metric(
-        metric: str,
-        scope: str = "Session",
-        session_id: str | None = None,
-        app: str | None = None,
-        agent: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        by: str | None = None,
+        metric: Name,
+        scope: Name = "Session",
+        session_id: Id | None = None,
+        app: Name | None = None,
+        agent: Name | None = None,
+        since: Time | None = None,
+        until: Time | None = None,
+        by: Name | None = None,
     ) -> dict[str, Any]:
         """Values of one metric: for a session (session_id), or rolled up over an app,
         an agent (AgentCall scope) or a window (since/until, ISO 8601, on the session
@@ -72,12 +83,18 @@ def build_server() -> MCPServer:
         return _answer(lambda: service.query_metric(metric, scope, session_id, app, agent, since, until, by))
 
     @server.tool()
-    def verify_answer(result_id: str, text: str) -> dict[str, Any]:
+    def verify_answer(result_id: Id, text: Annotated[str, Field(max_length=MAX_TEXT_LENGTH)]) -> dict[str, Any]:
         """Check every number in `text` against the result `result_id`: a number in a
         sentence that names a session, agent, app, model, tool or period is checked
         against that entry only, at the precision written. Returns passed and each
         number with why it passed or failed. Numbers only: it does not judge meaning."""
         return _answer(lambda: service.verify_answer(result_id, text))
+
+    @server.custom_route(LIVENESS_PATH, methods=["GET"], include_in_schema=False)
+    async def healthz(request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"status": "ok"})
 
     return server
 
@@ -86,5 +103,20 @@ def serve_stdio() -> None:
     build_server().run("stdio")
 
 
-def serve_http(port: int) -> None:
-    build_server().run("streamable-http", host=HOST, port=port)
+def serve_http(port: int, host: str = HOST) -> None:
+    """Streamable HTTP on host:port/mcp behind the guard; refused at once where it is
+    not safe."""
+    import uvicorn
+
+    from ..settings import Settings
+    from .guard import AllowedHosts, check_bind, guarded
+
+    settings = Settings.from_env()
+    check_bind(host, settings)
+    server = build_server()
+    app = server.streamable_http_app(
+        host=host,
+        transport_security=AllowedHosts.for_server(host, port, settings.allowed_hosts).as_mcp_security(),
+        max_request_body_size=settings.max_request_bytes,
+    )
+    uvicorn.run(guarded(app, host, port, settings), host=host, port=port, log_level=server.settings.log_level.lower())

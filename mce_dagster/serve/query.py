@@ -8,13 +8,16 @@ of denominators, with both returned; counts, tokens and costs summed; durations 
 judged scores as a mean with its count; an aggregate max or min as the max or min.
 Anything not allowed (a metric, a scope, a cut, a filter) is refused with what is
 allowed, never approximated. Every answer is kept under MCE_HOME by its result id,
-so `verify_answer` can check a sentence against it after a restart.
+so `verify_answer` can check a sentence against it after a restart: the id is the
+digest of the question and the answer, so asking again keeps no second copy, and
+only the most recently saved answers are kept (MCE_QUERY_RESULTS_KEPT).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -24,7 +27,7 @@ from typing import Any
 
 from ..catalog import CUT_SCOPE, Catalog, MetricDefinition, MetricRef
 from ..core.ontology import Scope
-from ..errors import InputError, UnknownMetricError
+from ..errors import InputError, UnknownMetricError, shown
 from ..files import write_text_atomically
 from ..graph import KnowledgeGraph
 
@@ -121,7 +124,7 @@ def parse_time(value: str | None, field: str) -> float | None:
     try:
         parsed = datetime.fromisoformat(value.strip())
     except (ValueError, AttributeError, TypeError):
-        raise QueryRefused(f"{field}={value!r} is not an ISO 8601 date or time (as in 2025-03-01 or 2025-03-01T12:00:00Z)", field) from None
+        raise QueryRefused(f"{field}={shown(value)} is not an ISO 8601 date or time (as in 2025-03-01 or 2025-03-01T12:00:00Z)", field) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.timestamp()
@@ -197,17 +200,17 @@ def query_metric(
     d, named_scope = find_definition(catalog, metric)
     scopes = [s.value for s in d.scopes]
     if named_scope is not None and scope not in (None, "Session", named_scope.value):
-        raise QueryRefused(f"{metric!r} names scope {named_scope.value}, the query asks for {scope}", "scope", scopes)
+        raise QueryRefused(f"{shown(metric)} names scope {named_scope.value}, the query asks for {shown(scope)}", "scope", scopes)
     scope_text = named_scope.value if named_scope else (scope or "Session")
     if scope_text not in scopes:
-        raise QueryRefused(f"{d.ref} is not defined at scope {scope_text!r}. Allowed: {', '.join(scopes)}.", "scope", scopes)
+        raise QueryRefused(f"{d.ref} is not defined at scope {shown(scope_text)}. Allowed: {', '.join(scopes)}.", "scope", scopes)
     at = Scope(scope_text)
     allowed_cuts = list(d.cuts_at(at))
     if by is not None and by not in allowed_cuts:
         elsewhere = [f"{c} at {CUT_SCOPE[c].value} scope" for c in d.cuts if c not in allowed_cuts]
         more = f" (also {', '.join(elsewhere)})" if elsewhere else ""
         listed = ", ".join(allowed_cuts) or "none"
-        raise QueryRefused(f"{d.ref} at {at.value} cannot be cut by {by!r}. Allowed: {listed}.{more}", "by", allowed_cuts)
+        raise QueryRefused(f"{d.ref} at {at.value} cannot be cut by {shown(by)}. Allowed: {listed}.{more}", "by", allowed_cuts)
     if agent is not None and at is not Scope.AGENT_CALL:
         where = "AgentCall" if Scope.AGENT_CALL in d.scopes else "no scope of this metric"
         raise QueryRefused(
@@ -218,7 +221,7 @@ def query_metric(
         )
     t_since, t_until = parse_time(since, "since"), parse_time(until, "until")
     if t_since is not None and t_until is not None and t_since >= t_until:
-        raise QueryRefused(f"since ({since}) must be before until ({until})", "until")
+        raise QueryRefused(f"since ({shown(since, quoted=False)}) must be before until ({shown(until, quoted=False)})", "until")
 
     rollup = rollup_of(d)
     filters = {"session_id": session_id, "app": app, "agent": agent, "since": t_since, "until": t_until}
@@ -296,17 +299,43 @@ class UnknownResultError(InputError):
     pass
 
 
-def save_result(home: Path, answer: dict[str, Any], vocabulary: dict[str, list[str]]) -> None:
+def save_result(home: Path, answer: dict[str, Any], vocabulary: dict[str, list[str]], keep: int = 200) -> None:
+    """Keep `answer` under its result id, then remove the least recently saved
+    answers beyond `keep`. The same answer saved again replaces its own file (and
+    counts as saved now)."""
     folder = home / RESULTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    record = {**answer, "vocabulary": vocabulary, "saved_at": time.time()}
+    now = time.time_ns()
+    record = {**answer, "vocabulary": vocabulary, "saved_at": now / 1e9}
     target = folder / f"{answer['result_id']}.json"
     write_text_atomically(target, json.dumps(record, indent=1, default=str))
+    # The file system's own clock ticks in milliseconds at best: answers saved within
+    # one tick would tie, and the newest could be taken for the oldest.
+    os.utime(target, ns=(now, now))
+    _forget_all_but(folder, keep, target)
+
+
+def saved_results(folder: Path) -> list[Path]:
+    """The kept answers in `folder`, oldest saved first."""
+    found = []
+    for path in folder.glob("*.json"):
+        try:
+            if _RESULT_ID.match(path.stem):
+                found.append((path.stat().st_mtime_ns, path))
+        except FileNotFoundError:  # removed by another process meanwhile
+            continue
+    return [path for _, path in sorted(found)]
+
+
+def _forget_all_but(folder: Path, keep: int, newest: Path) -> None:
+    saved = [p for p in saved_results(folder) if p != newest]
+    for path in saved[: max(0, len(saved) + 1 - keep)]:
+        path.unlink(missing_ok=True)
 
 
 def load_result(home: Path, result_id: str) -> dict[str, Any]:
     if not isinstance(result_id, str) or not _RESULT_ID.match(result_id):
-        raise UnknownResultError(f"{result_id!r} is not a result id (32 hex digits, from query_metric)")
+        raise UnknownResultError(f"{shown(result_id)} is not a result id (32 hex digits, from query_metric)")
     path = home / RESULTS_DIR / f"{result_id}.json"
     if not path.exists():
         raise UnknownResultError(f"no stored result {result_id}: query_metric first (results are kept under MCE_HOME/{RESULTS_DIR})")
