@@ -27,7 +27,7 @@ from platform_compare import deterministic_metrics, differences, outcomes, share
 WRITE_GRAPH = REPO.parent / "shared" / "oxp" / "write_graph.py"
 TRACES = ["multi_agent_supervisor.json", "api_noa_2.json", "gls_linear.json", "llm_single_session.json"]
 # What the normalizer loses of a trace can show only in these: it writes no tool
-# span named by `traceloop.entity.name` (design 01, section 5).
+# span named by `traceloop.entity.name`.
 TOOL_DERIVED = {
     "ToolCallCount", "ToolErrorRate", "CyclesCount", "AgentToToolInteractions", "SumToolError",
     "AvgToolCallDuration", "MinToolCallDuration", "MaxToolCallDuration",

@@ -1,6 +1,6 @@
 """A session's subgraph read as what its producer recorded, not as what it defaulted.
 
-The platform's normalizer (design 01, section 5) writes the knowledge graph in a
+The platform's normalizer (the OXP norm-worker's) writes the knowledge graph in a
 form that differs from this project's own ingestion: a default where it had no
 value (token counts 0, `success` false and duration 0 on the nodes it makes up,
 empty strings for ids it lacked), and no `hasLLMCall` / `hasToolCall` link for a

@@ -318,7 +318,7 @@ class KnowledgeGraph:
         """Each given id -> the id of the Session it names, for the ids that name one.
         An id the graph holds names itself; a raw platform id (`<app>_<uuid>`, as
         the queue message carries it) names the session stored under the part after
-        an underscore whose app is the part before it (design 01, section 5).
+        an underscore whose app is the part before it, as the platform strips it.
         Raises AmbiguousSessionError when two stored sessions answer to one id, or
         with `ambiguous` given, records it there (id -> the candidates) instead."""
         from ..errors import AmbiguousSessionError
@@ -378,7 +378,7 @@ class KnowledgeGraph:
             label = Label(row["label"])
             if row["named"] is not None:
                 # The platform's graph names agents, models, tools and apps only on
-                # the structural node behind the call (design 01, section 5).
+                # the structural node behind the call (see core.recorded).
                 props["appName" if label is Label.SESSION else NAMED_BY[label][0]] = row["named"]
             if row["namedProvider"]:
                 props["provider"] = row["namedProvider"]
