@@ -185,3 +185,68 @@ def test_the_writers_indexes_are_reported_as_missing_constraints(platform):
     assert "Session.id" in problems and "IndexAlreadyExists" in problems["Session.id"]
     # MetricResult has no index of the writer's: its constraint holds, results are created.
     assert f"{Label.METRIC_RESULT}.id" not in problems and kg.backend.enforces_unique_ids
+
+
+def _sensor_keys():
+    from mce_dagster.defs.sensors import QUEUE_SENSOR
+    from mce_dagster.definitions import build_definitions, runtime
+
+    defs = build_definitions(*runtime())
+    return list(defs.get_sensor_def(QUEUE_SENSOR).asset_selection.resolve(defs.resolve_asset_graph()))
+
+
+def test_the_queue_sensor_takes_the_raw_ids_the_platform_announces(platform, written, monkeypatch):
+    import uuid
+
+    import dagster as dg
+
+    from mce_dagster import queue as q
+    from mce_dagster.defs.sensors import QueueCursor, queue_tick
+    from mce_dagster.settings import Settings
+
+    kg, _, _ = platform
+    name = f"test_platform_{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("MCE_SESSION_QUEUE", name)
+    settings = Settings.from_env()
+    try:
+        connection = q.connect(settings, timeout=3)
+    except Exception:
+        connection = None
+    require(connection is not None, "RabbitMQ does not answer (run `eval \"$(make -s services)\"`)")
+    connection.close()
+    raw = {r: w["session_nodes"][0] for r, w in written.items() if w["session_nodes"]}
+    orphan = next(r for r, w in written.items() if not w["session_nodes"])
+    try:
+        with q.channel(settings) as ch:
+            q.declare(ch, name)
+            for r in [*raw, orphan, next(iter(raw))]:  # the last: a repeat
+                q.publish(ch, name, q.announcement(r))
+        with dg.instance_for_test() as instance:
+            report, result = queue_tick(instance, kg, settings, QueueCursor(), asset_keys=_sensor_keys())
+        # Partitions are keyed by the stored (bare) ids, each once; the session with
+        # no Session node waits in the queue as any not yet written would.
+        assert sorted(report.requested) == sorted(raw.values())
+        added = [k for r in result.dynamic_partitions_requests for k in r.partition_keys]
+        assert sorted(added) == sorted(raw.values())
+        assert report.republished == 1 and report.dead_lettered == 0
+    finally:
+        with q.channel(settings) as ch:
+            ch.queue_delete(name)
+            ch.queue_delete(q.dlq_name(name))
+
+
+def test_the_poll_sensor_reaches_the_platforms_sessions_and_names_the_orphan_calls(platform, written):
+    import dagster as dg
+
+    from mce_dagster.defs.sensors import PollCursor, poll_tick
+    from mce_dagster.settings import Settings
+
+    kg, _, _ = platform
+    bare = sorted(w["session_nodes"][0] for w in written.values() if w["session_nodes"])
+    with dg.instance_for_test() as instance:
+        requested, result, note = poll_tick(instance, kg, Settings.from_env(), PollCursor(), asset_keys=_sensor_keys())
+    # The normalizer sets no ingestedAt: the sensor stamps it, and so finds them all.
+    assert sorted(requested) == bare
+    orphan = next(r for r, w in written.items() if not w["session_nodes"]).rsplit("_", 1)[-1]
+    assert note is not None and "3 call(s)" in note and orphan in note
+    assert kg.stamp_unseen_sessions(100) == 0  # stamped once

@@ -6,9 +6,11 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .. import service
+from ..errors import UnknownSessionError, shown
 from ._output import Commands, err, fmt, out
 
 kg_app = Commands(help="The knowledge graph.", no_args_is_help=True)
@@ -23,7 +25,18 @@ def kg_metric_get(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Read a session's metric results back from the graph."""
-    rows = service.results(session_id, recursive=recursive)
+    try:
+        rows = service.results(session_id, recursive=recursive)
+    except UnknownSessionError:
+        # An error in every output form: `--json` prints nothing rather than `[]`.
+        shown_id = escape(shown(session_id, quoted=False))
+        err.print(
+            f"[red]error:[/red] session {shown_id} is not in the knowledge graph: ingest it first "
+            f"(mce ingest FILE), then evaluate it (mce compute {shown_id})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1) from None
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
