@@ -16,7 +16,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..files import write_text_atomically
+from ..files import keep_private, private_folder, write_text_atomically
 from .processes import HOST_TAG, hostname, tagged_process_gone, this_process_tags
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def local_instance_yaml(home: Path) -> str:
 def write_local_config(home: Path) -> bool:
     """Write DAGSTER_HOME/dagster.yaml if absent or made by another version of mce;
     a file without the marker is the user's and stays. True when written."""
-    home.mkdir(parents=True, exist_ok=True)
+    private_folder(home)
     config = home / "dagster.yaml"
     wanted = local_instance_yaml(home)
     if config.exists():
@@ -114,7 +114,7 @@ def prepare_local_instance(home: Path) -> bool:
     config was written."""
     import dagster as dg
 
-    home.mkdir(parents=True, exist_ok=True)
+    private_folder(home)
     with (home / ".mce-instance.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         written = write_local_config(home)
@@ -180,6 +180,7 @@ def main(argv: list[str]) -> int:
 
     import dagster as dg
 
+    keep_private()  # `make dev` runs this first: the storages it creates are owner-only
     home = Path(argv[0]).resolve() if argv else Settings.from_env().dagster_home
     written = prepare_local_instance(home)
     os.environ["DAGSTER_HOME"] = str(home)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import service
 from ..errors import MCEError, UnknownMetricError, UnknownSessionError
+from ..files import keep_private
 
 HOST = "127.0.0.1"
 # What an id may look like: printable, no path separators, bounded.
@@ -135,4 +136,5 @@ def build_app() -> FastAPI:
 def serve_api(port: int) -> None:
     import uvicorn
 
+    keep_private()  # the query results and run logs it writes
     uvicorn.run(build_app(), host=HOST, port=port, log_level="warning")

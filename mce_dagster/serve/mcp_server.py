@@ -19,6 +19,7 @@ from mcp.server.mcpserver import MCPServer
 
 from .. import service
 from ..errors import MCEError
+from ..files import keep_private
 
 TOOLS = ("list_metrics", "get_metric", "query_metric", "verify_answer")
 HOST = "127.0.0.1"
@@ -83,8 +84,10 @@ def build_server() -> MCPServer:
 
 
 def serve_stdio() -> None:
+    keep_private()  # the query results it saves
     build_server().run("stdio")
 
 
 def serve_http(port: int) -> None:
+    keep_private()
     build_server().run("streamable-http", host=HOST, port=port)

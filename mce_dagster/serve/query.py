@@ -25,7 +25,7 @@ from typing import Any
 from ..catalog import CUT_SCOPE, Catalog, MetricDefinition, MetricRef
 from ..core.ontology import Scope
 from ..errors import InputError, UnknownMetricError
-from ..files import write_text_atomically
+from ..files import private_folder, write_text_atomically
 from ..graph import KnowledgeGraph
 
 #: the folder under MCE_HOME that keeps answered queries, by result id
@@ -297,8 +297,7 @@ class UnknownResultError(InputError):
 
 
 def save_result(home: Path, answer: dict[str, Any], vocabulary: dict[str, list[str]]) -> None:
-    folder = home / RESULTS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_folder(home / RESULTS_DIR)
     record = {**answer, "vocabulary": vocabulary, "saved_at": time.time()}
     target = folder / f"{answer['result_id']}.json"
     write_text_atomically(target, json.dumps(record, indent=1, default=str))
