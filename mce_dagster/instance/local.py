@@ -16,6 +16,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import ServiceError
 from ..files import keep_private, private_folder, write_text_atomically
 from .processes import HOST_TAG, hostname, tagged_process_gone, this_process_tags
 
@@ -170,9 +171,31 @@ def open_local_instance(home: Path) -> "dg.DagsterInstance":
     prepare_local_instance(home)
     os.environ["DAGSTER_HOME"] = str(home)
     set_run_environment()
-    instance = dg.DagsterInstance.get()
-    fail_runs_of_dead_processes(instance)
+    try:
+        instance = dg.DagsterInstance.get()
+        fail_runs_of_dead_processes(instance)
+    except Exception as exc:
+        unreachable = _unreachable_database(exc)
+        if unreachable is None:
+            raise
+        raise ServiceError(f"the Dagster instance of {home / 'dagster.yaml'} cannot reach its database: {unreachable}") from None
     return instance
+
+
+def _unreachable_database(exc: BaseException) -> str | None:
+    """Why the instance's database did not answer, when that is what `exc` says
+    (dagster-postgres gives up after its retries; SQLAlchemy cannot connect), with
+    any secret it quotes masked; None for any other error, which keeps its traceback."""
+    from sqlalchemy.exc import OperationalError
+
+    from ..settings import redact
+
+    for cause in (exc, exc.__cause__, exc.__context__):
+        if isinstance(cause, OperationalError):
+            return redact(str(cause.orig or cause).strip().splitlines()[0])
+    if type(exc).__name__ == "DagsterPostgresException":  # without importing dagster-postgres for SQLite instances
+        return redact(str(exc))
+    return None
 
 
 def main(argv: list[str]) -> int:
