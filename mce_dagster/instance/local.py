@@ -192,7 +192,8 @@ def _unreachable_database(exc: BaseException) -> str | None:
 
     for cause in (exc, exc.__cause__, exc.__context__):
         if isinstance(cause, OperationalError):
-            return redact(str(cause.orig or cause).strip().splitlines()[0])
+            said = str(cause.orig or cause).strip().splitlines()
+            return redact(said[0] if said else type(cause.orig or cause).__name__)
     if type(exc).__name__ == "DagsterPostgresException":  # without importing dagster-postgres for SQLite instances
         return redact(str(exc))
     return None
