@@ -23,8 +23,12 @@ from .defs.population import build_population_asset
 from .defs.report import evaluation_report
 from .defs.resources import knowledge_graph_resource
 from .defs.sensors import build_sensors, session_queue_resource
+from .files import keep_private
 from .prices import load_price_table
 from .settings import Settings
+
+# The code server loads this first, and its run workers are its children.
+keep_private()
 
 
 @functools.lru_cache(maxsize=1)

@@ -21,6 +21,10 @@ from dagster_celery import celery_executor
 
 from .defs.jobs import evaluate_job
 from .definitions import build_definitions, runtime
+from .files import keep_private
+
+# Celery workers load this module with its steps (mce_dagster.definitions does too: said here as well).
+keep_private()
 
 #: deploy/celery.yaml's `execution.config`, which the workers are started with.
 CELERY_CONFIG = {

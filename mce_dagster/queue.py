@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from .errors import InputError, ServiceError
-from .settings import Settings
+from .errors import ConfigurationError, InputError, ServiceError
+from .settings import Settings, masked_url, redact
 
 if TYPE_CHECKING:
     import pika
@@ -45,11 +45,21 @@ def dlq_name(queue: str) -> str:
 
 def describe(settings: Settings | None = None) -> str:
     """The broker and queue for a person, without the password."""
+    settings = settings or Settings.from_env()
+    params = _parameters(settings)
+    return f"RabbitMQ at {params.host}:{params.port} vhost {params.virtual_host!r}, queue {settings.session_queue!r}"
+
+
+def _parameters(settings: Settings) -> "pika.URLParameters":
+    """The broker's connection parameters; a URL pika cannot read is a
+    `ConfigurationError` that shows it masked (pika's own message may quote it)."""
     import pika
 
-    settings = settings or Settings.from_env()
-    params = pika.URLParameters(settings.rabbitmq_url)
-    return f"RabbitMQ at {params.host}:{params.port} vhost {params.virtual_host!r}, queue {settings.session_queue!r}"
+    try:
+        return pika.URLParameters(settings.rabbitmq_url)
+    except Exception as exc:  # ValueError, and pika's own for a bad option in the query
+        said = redact(str(exc), also=(settings.rabbitmq_url,))
+        raise ConfigurationError(f"RABBITMQ_URL {masked_url(settings.rabbitmq_url)} is not an AMQP URL: {type(exc).__name__}: {said}") from None
 
 
 def connect(settings: Settings | None = None, *, timeout: float = 10.0) -> "pika.BlockingConnection":
@@ -58,7 +68,7 @@ def connect(settings: Settings | None = None, *, timeout: float = 10.0) -> "pika
     import pika
 
     settings = settings or Settings.from_env()
-    params = pika.URLParameters(settings.rabbitmq_url)
+    params = _parameters(settings)
     params.socket_timeout = timeout
     params.blocked_connection_timeout = timeout
     params.connection_attempts = 1
@@ -68,7 +78,8 @@ def connect(settings: Settings | None = None, *, timeout: float = 10.0) -> "pika
     try:
         return pika.BlockingConnection(params)
     except Exception as exc:  # AMQPConnectionError and its many subclasses, socket errors
-        raise ServiceError(f"the session queue is unreachable ({describe(settings)}): {type(exc).__name__} {exc}".rstrip()) from None
+        said = redact(str(exc), also=(settings.rabbitmq_url,))
+        raise ServiceError(f"the session queue is unreachable ({describe(settings)}): {type(exc).__name__} {said}".rstrip()) from None
 
 
 def declare(channel: "BlockingChannel", queue: str) -> None:

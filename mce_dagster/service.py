@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.ontology import Label, Scope
 from .errors import InputError, UnknownMetricError, UnknownSessionError
-from .files import partial_path
+from .files import partial_path, private_file
 from .graph import KnowledgeGraph, describe, open_graph, stop_embedded_server
 from .results import TABLE_FORMATS, ResultSelection, TableWriter, frame, to_public
 
@@ -305,7 +305,8 @@ def export_results(
         raise InputError(f"cannot write {output}: " + ("it is a directory" if output.is_dir() else f"the directory {output.parent} does not exist"))
     partial = partial_path(output)  # unique: two exports to one file do not mix their rows
     try:
-        writer = TableWriter(partial, fmt)
+        # Created owner-only before a row is in it: pyarrow truncates it and keeps its mode.
+        writer = TableWriter(private_file(partial), fmt)
     except OSError as exc:
         partial.unlink(missing_ok=True)
         raise InputError(f"cannot write {output}: {exc}") from None

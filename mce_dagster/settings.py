@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -234,6 +234,71 @@ def _neo4j_uri(env: Mapping[str, str]) -> str | None:
     return host if "://" in host else f"bolt://{host}:{env.get('KG_DB_PORT') or 7687}"
 
 
+# -- secrets: never in a message, a log line or a file ----------------------------------
+
+#: Variables whose whole value is a secret.
+SECRET_VARIABLES = ("NEO4J_PASSWORD", "KG_DB_PASSWORD", "OPENAI_API_KEY", "RABBITMQ_PASSWORD", "DAGSTER_PG_PASSWORD")
+#: Variables holding a URL that may carry a password (`scheme://user:password@host`).
+URL_VARIABLES = ("NEO4J_URI", "KG_DB_HOST", "RABBITMQ_URL", "LLM_BASE_MODEL_URL_MCE", "MODEL_PRICES_URL")
+MASK = "***"
+# Shorter values are not looked for in messages: "" or "a" would mask every other word.
+_SHORTEST_SECRET = 4
+
+
+def _userinfo(url: str) -> tuple[str, str, str] | None:
+    """(scheme://, user info, @host...) of a URL with user info, else None. The user
+    info runs to the last `@`: a password with an unescaped `@` or `/` is still covered
+    (a host is masked with it rather than a password shown)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return None
+    userinfo, _, host = rest.rpartition("@")
+    return scheme + sep, userinfo, "@" + host
+
+
+def masked_url(url: str) -> str:
+    """`url` as it may be printed: the password of its user info replaced by ***, a
+    user info with no password (a token as the user) masked whole."""
+    parts = _userinfo(url)
+    if parts is None:
+        return url
+    scheme, userinfo, host = parts
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{user}:{MASK}{host}" if colon else f"{scheme}{MASK}{host}"
+
+
+def secret_values(env: Mapping[str, str] | None = None, also: Iterable[str] = ()) -> list[str]:
+    """Every secret the environment holds, longest first: the values of
+    SECRET_VARIABLES and the passwords inside URL_VARIABLES, as given and decoded;
+    with `also`, secrets and URLs given some other way (a resource's config)."""
+    from urllib.parse import unquote
+
+    env = os.environ if env is None else env
+    given = list(also)
+    found = {env.get(name) or "" for name in SECRET_VARIABLES} | {s for s in given if "://" not in s}
+    for url in [env.get(name) or "" for name in URL_VARIABLES] + given:
+        parts = _userinfo(url)
+        if parts:
+            userinfo = parts[1]
+            found.add(userinfo)
+            secret = userinfo.partition(":")[2]
+            found.update((secret, unquote(secret)))
+    return sorted((s for s in found if len(s) >= _SHORTEST_SECRET), key=len, reverse=True)
+
+
+def redact(text: str, env: Mapping[str, str] | None = None, also: Iterable[str] = ()) -> str:
+    """`text` (a driver's message, an error from a library) with every secret of the
+    environment (and of `also`) replaced by ***, for messages the project passes on.
+    A URL of `also` quoted whole is shown masked."""
+    also = list(also)
+    for url in also:
+        if "://" in url:
+            text = text.replace(url, masked_url(url))
+    for secret in secret_values(env, also):
+        text = text.replace(secret, MASK)
+    return text
+
+
 def prepare_litellm_environment() -> None:
     """Before LiteLLM is imported: use its bundled price map instead of fetching
     one at import (no network at import; the project refreshes prices itself)."""
@@ -274,10 +339,17 @@ def _bounded(env: Mapping[str, str], name: str, default, kind, minimum):
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# The only part of a malformed line an error shows: a name in upper case, as variables
+# are written, followed by a space or a colon (`NEO4J_PASSWORD pw-...`). A word alone
+# on its line, or one in mixed case, may be a pasted key.
+_SHOWN_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}(?=[ \t:])")
+
+
 def parse_env_file(text: str, source: str = "env file") -> dict[str, str]:
     """`NAME=value` lines -> {NAME: value}. Blank lines and `#` comments are skipped,
     a leading `export ` is allowed, and a value in matching single or double quotes
-    is taken as it is inside them. Any other line is an error naming it."""
+    is taken as it is inside them. Any other line is an error that names its number
+    and the variable it starts with, never the value (it may be a password)."""
     values: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -290,7 +362,12 @@ def parse_env_file(text: str, source: str = "env file") -> dict[str, str]:
         if not sep or not _ENV_NAME.match(name):
             from .errors import ConfigurationError
 
-            raise ConfigurationError(f"{source}:{number}: expected NAME=value, found {raw.strip()[:60]!r}")
+            shown = _SHOWN_NAME.match(line)
+            found = "no '='" if not sep else "something other than a variable name before the '='"
+            raise ConfigurationError(
+                f"{source}:{number}{f' ({shown.group()})' if shown else ''}: expected NAME=value, found {found}"
+                " (the line is not shown: it may hold a secret)"
+            )
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         values[name] = value

@@ -19,7 +19,9 @@ from .provider import provider_app
 from .report import commands as report_commands
 from .serve import commands as serve_commands
 
-app = Commands(help="Metrics Computation Engine for multi-agent systems, on Dagster.", no_args_is_help=True)
+# A bug's traceback shows code, never the values of local variables: they hold passwords
+# (the Neo4j driver's arguments, the broker's URL).
+app = Commands(help="Metrics Computation Engine for multi-agent systems, on Dagster.", no_args_is_help=True, pretty_exceptions_show_locals=False)
 app.callback()(main_options)  # -v/-vv, --env-file: before any command reads the settings
 app.add_typer(evaluate_commands)  # no name: `mce ingest`, `mce compute` at the top
 app.add_typer(demo_commands)

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import MCEError
+from ..files import keep_private
 from . import _output
 
 log = logging.getLogger("mce_dagster.cli")
@@ -44,6 +45,7 @@ def main_options(
         typer.Option("--env-file", metavar="PATH", help="Set the NAME=value lines of this file in the environment first (over variables already set)."),
     ] = None,
 ) -> None:
+    keep_private()  # before the command writes anything (and starts the graph server)
     _output.verbosity = verbose
     configure_logging(verbose)
     if env_file is not None:

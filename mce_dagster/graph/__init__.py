@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..errors import ConfigurationError
-from ..settings import Settings
+from ..errors import ConfigurationError, MCEError, ServiceError
+from ..settings import Settings, masked_url, redact
 from .store import GraphBackend, KnowledgeGraph
 
 log = logging.getLogger(__name__)
@@ -30,13 +30,22 @@ def _open_backend(settings: Settings) -> GraphBackend:
     if settings.graph_backend == "neo4j":
         from .neo4j import Neo4jBackend
 
-        return Neo4jBackend(
-            settings.neo4j_uri or "",
-            settings.neo4j_user,
-            settings.neo4j_password,
-            settings.neo4j_database,
-            retry_time_s=settings.neo4j_retry_seconds,
-        )
+        try:
+            return Neo4jBackend(
+                settings.neo4j_uri or "",
+                settings.neo4j_user,
+                settings.neo4j_password,
+                settings.neo4j_database,
+                retry_time_s=settings.neo4j_retry_seconds,
+            )
+        except MCEError:
+            raise
+        except Exception as exc:
+            # Whatever else the driver raises while connecting: its message and traceback
+            # may quote the URI with its password, so neither goes further.
+            raise ServiceError(
+                f"Neo4j at {masked_url(settings.neo4j_uri or '')} could not be opened: {type(exc).__name__}: {redact(str(exc), also=(settings.neo4j_uri or '', settings.neo4j_password))}"
+            ) from None
     from .store import embedded_backend
 
     return embedded_backend(settings.mce_home, settings.graph_name)
@@ -60,7 +69,7 @@ def describe(settings: Settings | None = None) -> str:
 
     settings = settings or Settings.from_env()
     if settings.graph_backend == "neo4j":
-        return f"Neo4j at {settings.neo4j_uri} as {settings.neo4j_user}, database {settings.neo4j_database or '(default)'}"
+        return f"Neo4j at {masked_url(settings.neo4j_uri or '')} as {settings.neo4j_user}, database {settings.neo4j_database or '(default)'}"
     server = EmbeddedFalkorDB(settings.mce_home)
     return f"embedded FalkorDB at {server.socket_path} (pid {server.pid()}), graph {settings.graph_name!r}"
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import redis
 
 from ..errors import ServiceError
+from ..files import PRIVATE_UMASK, private_folder
 
 # Unix socket paths are limited to 107 bytes.
 _MAX_SOCKET_PATH = 100
@@ -89,7 +90,10 @@ class EmbeddedFalkorDB:
 
     @contextmanager
     def _locked(self):
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # The append-only files hold every session's text; a home an older version
+        # made open to others is closed here.
+        private_folder(self.home)
+        private_folder(self.data_dir)
         with self.lock_file.open("a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
@@ -134,7 +138,10 @@ class EmbeddedFalkorDB:
                 "--pidfile", str(self.pid_file),
                 "--logfile", str(self.log_file),
             ]
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            # redis-server has no setting for its files' modes: it creates them (the
+            # append-only folder and files, the log, the pid file) under the umask it
+            # starts with, owner-only whatever the caller's.
+            result = subprocess.run(command, capture_output=True, text=True, check=False, umask=PRIVATE_UMASK)
             if result.returncode != 0:
                 raise EmbeddedServerError(
                     f"redis-server did not start (exit {result.returncode}): {result.stderr or result.stdout}"

@@ -26,7 +26,8 @@ from neo4j.exceptions import (
 
 from ..core.ontology import Label
 from ..core.storable import escaped
-from ..errors import GraphUnavailableError, ServiceError
+from ..errors import ConfigurationError, GraphUnavailableError, ServiceError
+from ..settings import masked_url, redact
 from .store import DuplicateIdError
 
 log = logging.getLogger(__name__)
@@ -60,24 +61,32 @@ class Neo4jBackend:
     schema_problems: dict[str, str] = {}
 
     def __init__(self, uri: str, user: str, password: str, database: str | None = None, *, retry_time_s: float = 30.0):
-        self.uri = uri
+        # Every message names the server by this: a URI may carry a password.
+        self.uri = masked_url(uri)
+        self._secrets = (uri, password)
         self.database = database or None
-        self._driver = neo4j.GraphDatabase.driver(
-            uri,
-            auth=(user, password),
-            max_transaction_retry_time=retry_time_s,
-            connection_acquisition_timeout=30.0,
-            # "property key does not exist" warnings, for optional properties no node has yet
-            notifications_min_severity="OFF",
-        )
+        try:
+            self._driver = neo4j.GraphDatabase.driver(
+                uri,
+                auth=(user, password),
+                max_transaction_retry_time=retry_time_s,
+                connection_acquisition_timeout=30.0,
+                # "property key does not exist" warnings, for optional properties no node has yet
+                notifications_min_severity="OFF",
+            )
+        except (neo4j.exceptions.ConfigurationError, ValueError) as exc:
+            # The driver quotes the whole URI, and takes no user info in it.
+            hint = " (give the user and password as NEO4J_USERNAME and NEO4J_PASSWORD)" if self.uri != uri else ""
+            said = redact(str(exc), also=self._secrets).strip().rstrip(".")
+            raise ConfigurationError(f"NEO4J_URI {self.uri} is refused by the Neo4j driver: {said}{hint}") from None
         try:
             self._driver.verify_connectivity()
         except _UNREACHABLE as exc:
             self._driver.close()
-            raise GraphUnavailableError(f"the graph is unreachable: Neo4j at {uri} did not answer ({_cause(exc)})") from None
+            raise GraphUnavailableError(f"the graph is unreachable: Neo4j at {self.uri} did not answer ({_cause(exc, self._secrets)})") from None
         except Neo4jError as exc:  # authentication, an unknown database
             self._driver.close()
-            raise ServiceError(f"Neo4j at {uri} refused the connection: {exc.message or exc}") from None
+            raise ServiceError(f"Neo4j at {self.uri} refused the connection: {redact(exc.message or str(exc), also=self._secrets)}") from None
 
     def _session(self) -> neo4j.Session:
         return self._driver.session(database=self.database)
@@ -107,8 +116,8 @@ class Neo4jBackend:
         else:
             written = "nothing of this transaction was written"
         if isinstance(exc, TransientError):
-            return GraphUnavailableError(f"Neo4j at {self.uri} kept refusing the transaction as transient ({written}): {_cause(exc)}")
-        return GraphUnavailableError(f"the graph is unreachable: Neo4j at {self.uri} did not answer ({written}): {_cause(exc)}")
+            return GraphUnavailableError(f"Neo4j at {self.uri} kept refusing the transaction as transient ({written}): {_cause(exc, self._secrets)}")
+        return GraphUnavailableError(f"the graph is unreachable: Neo4j at {self.uri} did not answer ({written}): {_cause(exc, self._secrets)}")
 
     def ensure_indexes(self, statements: Sequence[str]) -> None:
         """Create the schema, then read back which uniqueness constraints hold
@@ -165,6 +174,7 @@ def _constrained(statement: str) -> str:
     return f"{label}.{prop}"
 
 
-def _cause(exc: Exception) -> str:
-    text = str(exc).strip() or type(exc).__name__
+def _cause(exc: Exception, secrets: tuple[str, ...]) -> str:
+    """The driver's own words, with any secret it quotes (the URI's password) masked."""
+    text = redact(str(exc).strip(), also=secrets) or type(exc).__name__
     return text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}"

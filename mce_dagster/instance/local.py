@@ -16,7 +16,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..files import write_text_atomically
+from ..errors import ServiceError
+from ..files import keep_private, private_folder, write_text_atomically
 from .processes import HOST_TAG, hostname, tagged_process_gone, this_process_tags
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def local_instance_yaml(home: Path) -> str:
 def write_local_config(home: Path) -> bool:
     """Write DAGSTER_HOME/dagster.yaml if absent or made by another version of mce;
     a file without the marker is the user's and stays. True when written."""
-    home.mkdir(parents=True, exist_ok=True)
+    private_folder(home)
     config = home / "dagster.yaml"
     wanted = local_instance_yaml(home)
     if config.exists():
@@ -114,7 +115,7 @@ def prepare_local_instance(home: Path) -> bool:
     config was written."""
     import dagster as dg
 
-    home.mkdir(parents=True, exist_ok=True)
+    private_folder(home)
     with (home / ".mce-instance.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         written = write_local_config(home)
@@ -170,9 +171,32 @@ def open_local_instance(home: Path) -> "dg.DagsterInstance":
     prepare_local_instance(home)
     os.environ["DAGSTER_HOME"] = str(home)
     set_run_environment()
-    instance = dg.DagsterInstance.get()
-    fail_runs_of_dead_processes(instance)
+    try:
+        instance = dg.DagsterInstance.get()
+        fail_runs_of_dead_processes(instance)
+    except Exception as exc:
+        unreachable = _unreachable_database(exc)
+        if unreachable is None:
+            raise
+        raise ServiceError(f"the Dagster instance of {home / 'dagster.yaml'} cannot reach its database: {unreachable}") from None
     return instance
+
+
+def _unreachable_database(exc: BaseException) -> str | None:
+    """Why the instance's database did not answer, when that is what `exc` says
+    (dagster-postgres gives up after its retries; SQLAlchemy cannot connect), with
+    any secret it quotes masked; None for any other error, which keeps its traceback."""
+    from sqlalchemy.exc import OperationalError
+
+    from ..settings import redact
+
+    for cause in (exc, exc.__cause__, exc.__context__):
+        if isinstance(cause, OperationalError):
+            said = str(cause.orig or cause).strip().splitlines()
+            return redact(said[0] if said else type(cause.orig or cause).__name__)
+    if type(exc).__name__ == "DagsterPostgresException":  # without importing dagster-postgres for SQLite instances
+        return redact(str(exc))
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -180,6 +204,7 @@ def main(argv: list[str]) -> int:
 
     import dagster as dg
 
+    keep_private()  # `make dev` runs this first: the storages it creates are owner-only
     home = Path(argv[0]).resolve() if argv else Settings.from_env().dagster_home
     written = prepare_local_instance(home)
     os.environ["DAGSTER_HOME"] = str(home)

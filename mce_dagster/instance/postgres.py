@@ -39,6 +39,7 @@ from dagster_postgres.utils import create_pg_connection, create_pg_engine, get_t
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
+from ..files import keep_private
 from .batch import latest_asset_rows, runs_by_path
 from .partitions import CachedDynamicPartitions
 from .step_events import HeldStepEvents
@@ -60,6 +61,9 @@ class PooledPostgresEventLogStorage(CachedDynamicPartitions, PostgresEventLogSto
         inst_data: ConfigurableClassData | None = None,
         token_provider: Any = None,
     ):
+        # The webserver and the daemon run no code of the project but what the instance's
+        # dagster.yaml names: this is where the files they write (logs) become owner-only.
+        keep_private()
         self._batch = threading.local()
         self._held = HeldStepEvents()
         self._pid = os.getpid()

@@ -34,6 +34,7 @@ from dagster._serdes import ConfigurableClassData
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
+from ..files import keep_private
 from .batch import latest_asset_rows, runs_by_path
 from .partitions import CachedDynamicPartitions
 
@@ -46,6 +47,9 @@ class PooledSqliteEventLogStorage(CachedDynamicPartitions, SqliteEventLogStorage
     PooledSqliteEventLogStorage, config: {base_dir: ...}}` in dagster.yaml."""
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
+        # The webserver and the daemon run no code of the project but what the instance's
+        # dagster.yaml names: this is where their files (run shards, logs) become owner-only.
+        keep_private()
         # Set before the base __init__, which may connect (a new index shard is reindexed).
         self._lock = threading.RLock()
         self._engines: OrderedDict[str, Engine] = OrderedDict()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.judging import JudgeReply, TokenLogprob
+from ..files import private_file
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, model TEXT NOT NULL, reply TEXT NOT NULL, recorded_at REAL NOT NULL)",
@@ -63,6 +64,9 @@ class ReplyCache:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The replies quote the sessions' text; SQLite gives its -wal and -shm files
+        # the database file's mode.
+        private_file(self.path)
         self._local = threading.local()
         self._set_up(deadline=time.monotonic() + 60.0)
 

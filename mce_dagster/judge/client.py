@@ -21,7 +21,7 @@ from typing import Any
 
 from ..core.judging import Judgment, JudgeReply, JudgeTask, TokenLogprob
 from ..core.metric import PriceLookup
-from ..settings import JudgeSettings, prepare_litellm_environment
+from ..settings import JudgeSettings, prepare_litellm_environment, redact
 from .budget import Budget, BudgetExceeded
 from .cache import ReplyCache, cache_key
 
@@ -73,7 +73,9 @@ class JudgeStats:
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """A provider's error in one line, for a log line or a failure's reason; a key or
+    a password it quotes (in the endpoint's URL, say) is masked."""
+    text = redact(str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {(text[0] if text else '')[:300]}"
 
 

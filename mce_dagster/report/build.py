@@ -14,6 +14,7 @@ from pathlib import Path
 from ..catalog import Catalog
 from ..core.ontology import Scope
 from ..errors import InputError
+from ..files import write_text_atomically
 from ..graph import KnowledgeGraph
 from ..results import ResultSelection, to_public
 from ..serve.query import query_metric
@@ -94,9 +95,7 @@ def write_html(report: Report, pictures: Pictures, path: Path) -> Path:
         raise InputError(f"cannot write the report to {path}: it is a directory (give a file name, as in {path / REPORT_PATH.name})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(render(report, pictures.histograms, pictures.rollups), encoding="utf-8")
-        partial.replace(path)
+        write_text_atomically(path, render(report, pictures.histograms, pictures.rollups))
     except OSError as exc:
         raise InputError(f"cannot write the report to {path}: {exc}") from None
     return path

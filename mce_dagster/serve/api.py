@@ -25,6 +25,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from .. import service
 from ..errors import MCEError, UnknownMetricError, UnknownSessionError, shown
 from .guard import LIVENESS_PATH, MAX_ID_LENGTH, MAX_METRICS_PER_REQUEST, MAX_NAME_LENGTH, MAX_SESSIONS_PER_REQUEST
+from ..files import keep_private
 
 HOST = "127.0.0.1"
 # What an id may look like: printable, no path separators, bounded.
@@ -166,6 +167,7 @@ def serve_api(port: int, host: str = HOST) -> None:
     """Serve on host:port behind the guard; refused at once where it is not safe."""
     import uvicorn
 
+    keep_private()  # the query results and run logs it writes
     from ..settings import Settings
     from .guard import check_bind, guarded
 

@@ -25,6 +25,7 @@ from pydantic import Field
 
 from .. import service
 from ..errors import MCEError
+from ..files import keep_private
 from .guard import LIVENESS_PATH, MAX_ID_LENGTH, MAX_NAME_LENGTH, MAX_TEXT_LENGTH, MAX_TIME_LENGTH
 
 Name = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
@@ -100,6 +101,7 @@ def build_server() -> MCPServer:
 
 
 def serve_stdio() -> None:
+    keep_private()  # the query results it saves
     build_server().run("stdio")
 
 
@@ -111,6 +113,7 @@ def serve_http(port: int, host: str = HOST) -> None:
     from ..settings import Settings
     from .guard import AllowedHosts, check_bind, guarded
 
+    keep_private()
     settings = Settings.from_env()
     check_bind(host, settings)
     server = build_server()

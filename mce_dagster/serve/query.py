@@ -28,7 +28,7 @@ from typing import Any
 from ..catalog import CUT_SCOPE, Catalog, MetricDefinition, MetricRef
 from ..core.ontology import Scope
 from ..errors import InputError, UnknownMetricError, shown
-from ..files import write_text_atomically
+from ..files import private_folder, write_text_atomically
 from ..graph import KnowledgeGraph
 
 #: the folder under MCE_HOME that keeps answered queries, by result id
@@ -303,8 +303,7 @@ def save_result(home: Path, answer: dict[str, Any], vocabulary: dict[str, list[s
     """Keep `answer` under its result id, then remove the least recently saved
     answers beyond `keep`. The same answer saved again replaces its own file (and
     counts as saved now)."""
-    folder = home / RESULTS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_folder(home / RESULTS_DIR)
     now = time.time_ns()
     record = {**answer, "vocabulary": vocabulary, "saved_at": now / 1e9}
     target = folder / f"{answer['result_id']}.json"

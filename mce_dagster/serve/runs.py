@@ -140,4 +140,7 @@ def execute(run_id: str) -> int:
 
 
 if __name__ == "__main__":
+    from ..files import keep_private
+
+    keep_private()
     sys.exit(execute(sys.argv[1]))
