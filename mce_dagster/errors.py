@@ -47,10 +47,16 @@ class GraphUnavailableError(ServiceError):
 class UnknownSessionError(InputError):
     """Sessions asked for that the knowledge graph does not hold."""
 
-    def __init__(self, session_ids: list[str]):
+    def __init__(self, session_ids: list[str], orphan_calls: dict[str, int] | None = None):
         self.session_ids = list(session_ids)
+        # Of those, the ones the graph holds calls of but no Session node for.
+        self.orphan_calls = dict(orphan_calls or {})
         listed = ", ".join(shown(s, quoted=False) for s in self.session_ids[:10]) + (" ..." if len(self.session_ids) > 10 else "")
-        super().__init__(f"{len(self.session_ids)} session(s) are not in the knowledge graph: {listed}")
+        message = f"{len(self.session_ids)} session(s) are not in the knowledge graph: {listed}"
+        if self.orphan_calls:
+            held = ", ".join(f"{n} of {shown(s, quoted=False)}" for s, n in sorted(self.orphan_calls.items())[:10])
+            message += f" (the graph holds calls but no Session node for some, as for a trace with no agent span: {held})"
+        super().__init__(message)
 
 
 class AmbiguousSessionError(InputError):

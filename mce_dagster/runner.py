@@ -14,7 +14,7 @@ import dagster as dg
 
 from .core.ontology import Scope
 from .defs.partitions import SESSIONS
-from .errors import ServiceError, UnknownSessionError
+from .errors import ServiceError
 from .graph import open_graph
 from .instance.local import (  # noqa: F401
     LOCAL_INSTANCE_YAML,
@@ -155,10 +155,11 @@ def compute_sessions(
                 selected = [m for m in config.enabled if m.key not in dropped]
                 selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected if m.scope is not Scope.POPULATION)]
     # A raw platform id (`<app>_<uuid>`) names the session stored under its uuid.
-    stored = open_graph().resolve_sessions(ids)
+    graph = open_graph()
+    stored = graph.resolve_sessions(ids)
     absent = [k for k in ids if k not in stored]
     if absent:
-        raise UnknownSessionError(absent)
+        raise graph.unknown_sessions_error(absent)
     ids = list(dict.fromkeys(stored[k] for k in ids))
     instance = instance or dagster_instance()
     existing = set(instance.get_dynamic_partitions(SESSIONS))

@@ -117,7 +117,7 @@ def compute(
     selected = service.parse_metric_list(metrics)
     ids = service.sessions_to_evaluate(session_ids or [], all_sessions)
     if all_sessions and (orphans := service.calls_without_session()):
-        from ..graph.store import describe_orphans
+        from ..graph import describe_orphans
 
         err.print(f"[yellow]{escape(describe_orphans(orphans))}[/yellow]", highlight=False)
     outcome, elapsed = evaluate(ids, selected, budget, as_json=as_json, workers=workers)

@@ -46,8 +46,7 @@ from dagster._core.execution.backfill import BulkActionStatus, BulkActionsFilter
 
 from .. import queue as q
 from ..errors import InputError
-from ..graph import KnowledgeGraph
-from ..graph.store import describe_orphans
+from ..graph import KnowledgeGraph, describe_orphans
 from ..settings import Settings
 from .assets import SESSION_CONTEXT_KEY
 from .partitions import SESSIONS, sessions_partitions

@@ -12,7 +12,7 @@ import threading
 
 from ..errors import ConfigurationError, MCEError, ServiceError
 from ..settings import Settings, masked_url, redact
-from .store import GraphBackend, KnowledgeGraph
+from .store import GraphBackend, KnowledgeGraph, describe_orphans
 
 log = logging.getLogger(__name__)
 
@@ -87,4 +87,4 @@ def stop_embedded_server(settings: Settings | None = None) -> bool:
     return EmbeddedFalkorDB(settings.mce_home).stop()
 
 
-__all__ = ["GraphBackend", "KnowledgeGraph", "describe", "open_graph", "stop_embedded_server"]
+__all__ = ["GraphBackend", "KnowledgeGraph", "describe", "describe_orphans", "open_graph", "stop_embedded_server"]

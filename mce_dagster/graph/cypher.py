@@ -246,6 +246,10 @@ SESSIONS_WITH_APP = (
     f"MATCH (s:{Label.SESSION}) WHERE s.id IN $ids "
     f"RETURN s.id AS id, coalesce(s.appName, [(s)-[:{Rel.EXECUTES_SESSION}]->(m) | m.id][0]) AS app"
 )
+# How many calls name each of the given session ids.
+CALLS_OF_SESSIONS = " UNION ALL ".join(
+    f"MATCH (n:{label}) WHERE n.sessionId IN $ids RETURN n.sessionId AS session, count(n) AS n" for label in CALL_LABELS
+)
 # Sessions another producer wrote (the platform's normalizer sets no ingestedAt),
 # stamped with the time the engine first saw them, so that the poll sensor's
 # keyset cursor on ingestedAt reaches them too.

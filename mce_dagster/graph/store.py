@@ -19,6 +19,7 @@ from ..core.storable import escaped
 
 if TYPE_CHECKING:
     from ..core.text import CallText
+    from ..errors import UnknownSessionError
 from . import cypher
 
 log = logging.getLogger(__name__)
@@ -347,6 +348,23 @@ class KnowledgeGraph:
             if found:
                 out[raw] = found[0]
         return out
+
+    def unknown_sessions_error(self, session_ids: Sequence[str]) -> "UnknownSessionError":
+        """The error for ids no Session answers to, naming those the graph holds
+        calls of (under the id or, for a raw platform id, its bare part)."""
+        from ..errors import UnknownSessionError
+
+        candidates: dict[str, str] = {}
+        for raw in session_ids:
+            candidates[raw] = raw
+            for i, ch in enumerate(raw):
+                if ch == "_" and 0 < i < len(raw) - 1:
+                    candidates.setdefault(raw[i + 1 :], raw)
+        counts: dict[str, int] = defaultdict(int)
+        for chunk in _chunks(sorted(candidates), 5000):
+            for row in self.backend.query(cypher.CALLS_OF_SESSIONS, {"ids": chunk}):
+                counts[candidates[row["session"]]] += int(row["n"])
+        return UnknownSessionError(list(session_ids), dict(counts))
 
     def stamp_unseen_sessions(self, limit: int) -> int:
         """Give up to `limit` sessions without `ingestedAt` (written by another

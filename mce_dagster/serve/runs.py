@@ -15,7 +15,6 @@ from typing import Any
 
 import dagster as dg
 
-from ..errors import UnknownSessionError
 from ..graph import open_graph
 from ..settings import Settings
 
@@ -48,10 +47,11 @@ def submit(session_ids: Sequence[str], metrics: Sequence[str] | None = None) -> 
         keys = [m.key for name in metrics for m in catalog.resolve(name)]
         selection = {SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in catalog.closure(keys))}
     # A raw platform id (`<app>_<uuid>`) names the session stored under its uuid.
-    stored = open_graph().resolve_sessions(ids)
+    graph = open_graph()
+    stored = graph.resolve_sessions(ids)
     absent = [k for k in ids if k not in stored]
     if absent:
-        raise UnknownSessionError(absent)
+        raise graph.unknown_sessions_error(absent)
     ids = list(dict.fromkeys(stored[k] for k in ids))
     instance = dagster_instance()
     existing = set(instance.get_dynamic_partitions(SESSIONS))
