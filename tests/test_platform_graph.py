@@ -60,9 +60,23 @@ def sources(real_traces, tmp_path_factory):
     return [real_traces / f for f in TRACES] + [synthetic]
 
 
+def _drop_schema(backend) -> None:
+    for r in backend.query("SHOW CONSTRAINTS YIELD name"):
+        backend.query(f"DROP CONSTRAINT `{r['name']}` IF EXISTS")
+    for r in backend.query("SHOW INDEXES YIELD name, type WHERE type <> 'LOOKUP'"):
+        backend.query(f"DROP INDEX `{r['name']}` IF EXISTS")
+
+
 @pytest.fixture(scope="module")
 def written(neo4j_env, sources):
-    """What the platform's writer printed: raw session id -> what it wrote."""
+    """What the platform's writer printed: raw session id -> what it wrote. The
+    database starts as a platform's does, with no schema of this project's; after
+    the module it gets this project's schema back for the modules that follow."""
+    from mce_dagster.graph import open_graph
+    from mce_dagster.graph.cypher import index_statements
+
+    backend = open_graph().backend
+    _drop_schema(backend)
     env = {**os.environ, **neo4j_env}
     done = subprocess.run(
         [sys.executable, str(WRITE_GRAPH), "--execution-id-fallback", "--neo4j", env["NEO4J_URI"],
@@ -70,7 +84,10 @@ def written(neo4j_env, sources):
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
+    yield json.loads(done.stdout)
+    backend.query("MATCH (n) WITH n LIMIT 100000 DETACH DELETE n RETURN count(*) AS n")
+    _drop_schema(backend)
+    backend.ensure_indexes(index_statements("neo4j"))
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +201,10 @@ def test_raw_ids_resolve_and_calls_without_a_session_are_reported(platform, writ
 
 
 def test_the_writers_indexes_are_reported_as_missing_constraints(platform):
+    from mce_dagster.graph.cypher import index_statements
+
     kg, _, _ = platform
+    kg.backend.ensure_indexes(index_statements("neo4j"))  # as a backend opened now does
     problems = kg.backend.schema_problems
     assert "Session.id" in problems and "IndexAlreadyExists" in problems["Session.id"]
     # MetricResult has no index of the writer's: its constraint holds, results are created.
@@ -192,11 +212,15 @@ def test_the_writers_indexes_are_reported_as_missing_constraints(platform):
 
 
 def _sensor_keys():
-    from mce_dagster.defs.sensors import QUEUE_SENSOR
-    from mce_dagster.definitions import build_definitions, runtime
+    """The assets a sensor's request covers: the session context and every enabled
+    metric's. Built here, not from `mce_dagster.definitions`, whose import would
+    build the process's definitions under this module's Neo4j settings."""
+    from mce_dagster.catalog import load_catalog
+    from mce_dagster.config import load_config
+    from mce_dagster.defs.assets import SESSION_CONTEXT_KEY, asset_key
 
-    defs = build_definitions(*runtime())
-    return list(defs.get_sensor_def(QUEUE_SENSOR).asset_selection.resolve(defs.resolve_asset_graph()))
+    config = load_config(load_catalog())
+    return [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in config.enabled if m.scope is not Scope.POPULATION)]
 
 
 def test_the_queue_sensor_takes_the_raw_ids_the_platform_announces(platform, written, monkeypatch):

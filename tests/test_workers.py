@@ -30,7 +30,7 @@ PER_RUN = {"computedAt", "runId"}
 def sessions(kg, tmp_path_factory):
     folder = tmp_path_factory.mktemp("workers")
     write_export(folder / "synthetic.json", 13, seed=5)
-    # One session whose LLM call records no usage: TokenCount and Cost fail on it.
+    # One session whose LLM call records no usage: TokenCount and Cost fail on it and on what sums it.
     (folder / "nousage.json").write_text(json.dumps([
         row("wk-wf", "a.workflow", session="wk-no-usage", duration_ns=3_000_000_000),
         row("wk-llm", "x.chat", parent="wk-wf", session="wk-no-usage", **{"gen_ai.request.model": "gpt-4o"}),
@@ -56,7 +56,10 @@ def test_worker_processes_store_what_one_process_stores(kg, sessions, tmp_path):
         runs = [instance.get_run_record_by_id(r) for r in parallel.runs]
         assert parallel.success and len(parallel.runs) == 4
         assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-        assert parallel.failed_entities == {"LLMCall/TokenCount": 1, "LLMCall/Cost": 1}
+        # Its call records no usage: so do the MASCall and the Session that sum it.
+        assert parallel.failed_entities == {
+            f"{scope}/{name}": 1 for scope in ("LLMCall", "MASCall", "Session") for name in ("TokenCount", "Cost")
+        }
         # Each session is a materialized partition of each metric asset, once.
         for key in (dg.AssetKey(["Session", "Duration"]), dg.AssetKey(["LLMCall", "TokenCount"])):
             assert instance.get_materialized_partitions(key) == set(sessions)
