@@ -120,7 +120,7 @@ EXTRA_PROPS: dict[Label, tuple[str, ...]] = {
 }
 
 # A call's name property, by label, and the structural node that also carries it
-# (design 01: the platform's graph has the names only there).
+# (the platform's graph has the names only there: see core.recorded).
 NAMED_BY: dict[Label, tuple[str, Rel, Label]] = {
     Label.AGENT_CALL: ("agentName", Rel.EXECUTES_AGENT, Label.AGENT),
     Label.LLM_CALL: ("modelName", Rel.EXECUTES_LLM, Label.LLM),
