@@ -278,3 +278,32 @@ def test_the_poll_sensor_reaches_the_platforms_sessions_and_names_the_orphan_cal
     orphan = next(r for r, w in written.items() if not w["session_nodes"]).rsplit("_", 1)[-1]
     assert note is not None and "3 call(s)" in note and orphan in note
     assert kg.stamp_unseen_sessions(100) == 0  # stamped once
+
+
+def test_rest_and_mcp_answer_for_the_raw_id(platform, written, neo4j_env, tmp_path, monkeypatch):
+    """After an evaluation, the raw id the platform passes reaches the session's
+    results through the REST API and the MCP server's query tool."""
+    from fastapi.testclient import TestClient
+
+    from mce_dagster.serve.api import build_app
+    from mce_dagster.serve.mcp_server import build_server
+
+    kg, _, _ = platform
+    one = next(r for r, w in written.items() if r.startswith("noa-moderator_"))
+    bare = written[one]["session_nodes"][0]
+    env = {**os.environ, **neo4j_env}
+    mce = str(REPO / ".venv" / "bin" / "mce") if (REPO / ".venv" / "bin" / "mce").exists() else "mce"
+    done = subprocess.run([mce, "compute", one, "--metrics", "LLMCallCount"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.setenv("MCE_HOME", str(tmp_path))  # where query_metric keeps its answers
+    rows = TestClient(build_app()).get(f"/sessions/{one}/metrics").json()
+    assert any(r["metric"] == "LLMCallCount" and r["value"] == 7.0 for r in rows), rows
+    assert TestClient(build_app()).get(f"/sessions/{one}x/metrics").status_code == 404
+    import asyncio
+
+    async def ask():
+        return await build_server().call_tool("query_metric", {"metric": "LLMCallCount", "session_id": one})
+
+    answer = asyncio.run(ask())
+    text = json.dumps(answer, default=str)
+    assert bare in text and "7" in text, text[:2000]

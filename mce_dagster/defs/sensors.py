@@ -45,7 +45,7 @@ from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.execution.backfill import BulkActionStatus, BulkActionsFilter
 
 from .. import queue as q
-from ..errors import InputError
+from ..errors import AmbiguousSessionError, InputError
 from ..graph import KnowledgeGraph, describe_orphans
 from ..settings import Settings
 from .assets import SESSION_CONTEXT_KEY
@@ -234,9 +234,8 @@ def queue_tick(
         stored = graph.resolve_sessions(raw_ids, ambiguous) if raw_ids else {}
         for i, m in enumerate(messages):
             if m.session_id in ambiguous:
-                messages[i] = dataclasses.replace(
-                    m, session_id=None, reason=f"session id {m.session_id[:200]!r} is ambiguous: the graph holds {', '.join(ambiguous[m.session_id][:10])}"
-                )
+                reason = str(AmbiguousSessionError(m.session_id, ambiguous[m.session_id]))
+                messages[i] = dataclasses.replace(m, session_id=None, reason=reason)
             elif m.session_id in stored:
                 messages[i] = dataclasses.replace(m, session_id=stored[m.session_id])
         for m in messages:
