@@ -38,6 +38,8 @@ NO_CONTENT = "(no content recorded)"
 _SLACK_S = 1e-6
 # Properties the normalizer writes as an empty string when it had no value.
 _EMPTY_IS_ABSENT = ("spanId", "parentSpanId", "finishReason", "provider", "modelName", "agentName", "toolName")
+# The calls a missing link is inferred for.
+_PLACED_UNDER_AGENTS = (Label.LLM_CALL, Label.TOOL_CALL, Label.TASK_CALL)
 # How an inferred link was found, as said in a result's reasoning.
 BY_ANCESTRY = "span ancestry"
 BY_TIME = "time containment"
@@ -106,9 +108,12 @@ def reconcile(session: "Node", nodes: Iterable["Node"], edges: Iterable["Edge"])
 
     nodes = list(nodes)
     edges = list(edges)
-    by_id = {n.id: n for n in nodes}
-    has_parent = {e.target for e in edges if e.source in by_id or e.source == session.id}
     written_by_normalizer = writes_defaults(session)
+    held = {n.id for n in nodes}
+    held.add(session.id)
+    has_parent = {e.target for e in edges if e.source in held}
+    if not written_by_normalizer and all(n.id in has_parent for n in nodes if n.label in _PLACED_UNDER_AGENTS):
+        return edges, NOTHING_INFERRED  # this project's ingestion links every call: nothing to infer
     invented = frozenset(
         n.id for n in nodes if written_by_normalizer and n.label is Label.MAS_CALL and n.get("spanId") is None
     )
@@ -118,7 +123,7 @@ def reconcile(session: "Node", nodes: Iterable["Node"], edges: Iterable["Edge"])
         missing_parents = tuple(
             sorted(n.id for n in nodes if n.get("parentSpanId") is not None and n.get("parentSpanId") not in by_span)
         )
-    orphans = [n for n in nodes if n.id not in has_parent and n.label in (Label.LLM_CALL, Label.TOOL_CALL, Label.TASK_CALL)]
+    orphans = [n for n in nodes if n.id not in has_parent and n.label in _PLACED_UNDER_AGENTS]
     if not orphans:
         return edges, Provenance(invented=invented, missing_parents=missing_parents)
 
