@@ -199,43 +199,49 @@ def stored_spans() -> str:
     )
 
 
-def _named(label: Label) -> str:
-    """The columns `named` and `namedProvider`: the name (and an LLM's provider) on
-    the structural node behind a call, for a call that does not carry its own."""
-    if label not in NAMED_BY:
-        return "null AS named, null AS namedProvider"
-    prop, rel, structural = NAMED_BY[label]
-    provider = (
-        f"CASE WHEN n.provider IS NULL THEN [(n)-[:{rel}]->(x:{structural}) | x.provider][0] END"
-        if label is Label.LLM_CALL
-        else "null"
-    )
-    return f"CASE WHEN n.{prop} IS NULL THEN [(n)-[:{rel}]->(x:{structural}) | x.name][0] END AS named, {provider} AS namedProvider"
+def names_behind_calls() -> str:
+    """The name (and an LLM's provider) on the structural node behind each call of
+    the given sessions that does not carry its own, and the app of each Session
+    without `appName`: the platform's graph names them there only. A separate
+    statement, run only for sessions that need it, so that sessions this project
+    ingested pay nothing for it. Columns: id, named, namedProvider."""
+    parts = [
+        f"MATCH (n:{Label.SESSION}) WHERE n.id IN $ids AND n.appName IS NULL "
+        # Not only a MAS: the platform's writer files the target under whichever
+        # label last took its id (an app named like one of its agents is an Agent).
+        f"MATCH (n)-[:{Rel.EXECUTES_SESSION}]->(m) "
+        "RETURN n.id AS id, m.id AS named, null AS namedProvider"
+    ]
+    for label, (prop, rel, structural) in NAMED_BY.items():
+        provider = "x.provider" if label is Label.LLM_CALL else "null"
+        missing = f"(n.{prop} IS NULL OR n.provider IS NULL)" if label is Label.LLM_CALL else f"n.{prop} IS NULL"
+        parts.append(
+            f"MATCH (n:{label}) WHERE n.sessionId IN $ids AND {missing} "
+            f"MATCH (n)-[:{rel}]->(x:{structural}) "
+            f"RETURN n.id AS id, x.name AS named, {provider} AS namedProvider"
+        )
+    return " UNION ALL ".join(parts)
 
 
 def read_contexts() -> str:
     """Every execution node of the given sessions with the ids of its call parents,
-    in one round trip. Columns: label, props, parents, named, namedProvider (see
-    `_named`; on a Session, the app of the MAS it executes)."""
+    in one round trip. Columns: label, props, parents."""
     parts = [
         f"MATCH (n:{Label.SESSION}) WHERE n.id IN $ids "
         f"RETURN '{Label.SESSION}' AS label, n {_projection(COMMON_PROPS + EXTRA_PROPS[Label.SESSION])} AS props, "
-        # Not only a MAS: the platform's writer files the target under whichever
-        # label last took its id (an app named like one of its agents is an Agent).
-        f"[] AS parents, CASE WHEN n.appName IS NULL THEN [(n)-[:{Rel.EXECUTES_SESSION}]->(m) | m.id][0] END AS named, "
-        "null AS namedProvider"
+        "[] AS parents"
     ]
     for label in CALL_LABELS:
         props = COMMON_PROPS + EXTRA_PROPS[label]
         parts.append(
             f"MATCH (n:{label}) WHERE n.sessionId IN $ids "
             f"OPTIONAL MATCH (p)-[:{CHILD_REL[label]}]->(n) "
-            f"RETURN '{label}' AS label, n {_projection(props)} AS props, collect(p.id) AS parents, {_named(label)}"
+            f"RETURN '{label}' AS label, n {_projection(props)} AS props, collect(p.id) AS parents"
         )
     parts.append(
         f"MATCH (n:{Label.SPAN}) WHERE n.sessionId IN $ids "
         f"RETURN '{Label.SPAN}' AS label, n {{.id, .sessionId, .name, .startTime, .endTime, .startTimeUnixNano, .endTimeUnixNano, .duration}} AS props, "
-        "[] AS parents, null AS named, null AS namedProvider"
+        "[] AS parents"
     )
     return " UNION ALL ".join(parts)
 

@@ -391,25 +391,41 @@ class KnowledgeGraph:
         rows = self.backend.query(cypher.read_contexts(), {"ids": list(session_ids)})
         nodes: dict[str, list[Node]] = defaultdict(list)
         edges: dict[str, list[Edge]] = defaultdict(list)
+        unnamed: set[str] = set()
         for row in rows:
             props = {k: v for k, v in row["props"].items() if v is not None}
             label = Label(row["label"])
-            if row["named"] is not None:
-                # The platform's graph names agents, models, tools and apps only on
-                # the structural node behind the call (see core.recorded).
-                props["appName" if label is Label.SESSION else NAMED_BY[label][0]] = row["named"]
-            if row["namedProvider"]:
-                props["provider"] = row["namedProvider"]
             session_id = props.get("sessionId") or props["id"]
+            if _lacks_own_name(label, props):
+                unnamed.add(session_id)
             nodes[session_id].append(Node(label, props))
             for parent in row["parents"] or ():
                 if parent is not None:
                     edges[session_id].append(Edge(parent, props["id"]))
+        if unnamed:
+            self._name_from_structural_nodes(nodes, sorted(unnamed))
         contexts = {}
         for session_id, session_nodes in nodes.items():
             if any(n.label is Label.SESSION for n in session_nodes):
                 contexts[session_id] = SessionContext.build(session_nodes, edges[session_id])
         return contexts
+
+    def _name_from_structural_nodes(self, nodes: dict[str, list[Node]], session_ids: list[str]) -> None:
+        """The platform's graph names agents, models, tools and apps only on the
+        structural node behind a call (see core.recorded): copy them onto the calls
+        that lack their own, in place."""
+        names = {
+            row["id"]: (row["named"], row["namedProvider"])
+            for row in self.backend.query(cypher.names_behind_calls(), {"ids": session_ids})
+        }
+        for session_id in session_ids:
+            for node in nodes[session_id]:
+                named, provider = names.get(node.props.get("id"), (None, None))
+                prop = "appName" if node.label is Label.SESSION else NAMED_BY.get(node.label, (None,))[0]
+                if named is not None and prop and prop not in node.props:
+                    node.props[prop] = named
+                if provider and "provider" not in node.props:
+                    node.props["provider"] = provider
 
     def read_texts(self, session_ids: Sequence[str]) -> dict[str, dict[str, "CallText"]]:
         """session -> call id -> its text (states, messages, tool definition), in
@@ -597,3 +613,13 @@ class KnowledgeGraph:
             if row["name"]:
                 out[row["kind"]].add(str(row["name"]))
         return dict(out)
+
+
+def _lacks_own_name(label: Label, props: dict) -> bool:
+    """Whether a node read back lacks the name the platform's graph keeps on the
+    structural node behind it (an LLM call: also its provider)."""
+    if label is Label.SESSION:
+        return "appName" not in props
+    if label not in NAMED_BY:
+        return False
+    return NAMED_BY[label][0] not in props or (label is Label.LLM_CALL and "provider" not in props)
