@@ -124,7 +124,8 @@ def run_ingest(path: Path, home: Path, batch_size: int) -> dict:
 def largest_batch_mb(path: Path, batch_size: int) -> float:
     """Staged megabytes of the largest write batch ingesting this file makes, by
     staging it here as `mce ingest` does: what the peak follows."""
-    from mce_dagster.ingest import MAX_BATCH_BYTES, IngestReport, _stage_file
+    from mce_dagster.ingest import MAX_BATCH_BYTES, IngestReport
+    from mce_dagster.ingest.pipeline import _stage_file
     from mce_dagster.ingest.stage import Stage
 
     with tempfile.TemporaryDirectory(prefix="mce-im-stage-") as tmp, Stage(Path(tmp)) as stage:
