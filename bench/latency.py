@@ -4,6 +4,7 @@ second of the Neo4j backend against the embedded FalkorDB on the same batch.
 
     eval "$(make -s services)"
     .venv/bin/python bench/latency.py [--sessions 500] [--batch 500] [--seed 1]
+    .venv/bin/python bench/latency.py --rates 0.5,2,10 [--duration 60]   (steady streams only)
 
 1. Latency. `--sessions` synthetic sessions go into Neo4j (`mce ingest`), then are
    announced in one burst on a queue of the bench's own. `dagster sensor start
@@ -13,6 +14,13 @@ second of the Neo4j backend against the embedded FalkorDB on the same batch.
    publication (confirmed by the broker) to the last of its results written: the
    latest `computedAt` of its MetricResult nodes, which the run worker stamps as it
    writes them (one clock: everything runs on this machine).
+   With `--rates`, steady streams instead: for each rate, one announcement every
+   1/rate seconds for `--duration` seconds (sessions ingested beforehand), the
+   stream drained before the next rate. Each session's latency is split by the run
+   that wrote its results (its `runId`): publication -> run created (sensor tick and,
+   for an asset backfill, the backfill daemon), created -> started (the run queue and
+   the launcher), started -> first step (the run worker's start-up), first step ->
+   last result (the run itself).
 2. Backends. One export of `--batch` sessions, `mce ingest` then `mce compute` with
    every session id, on Neo4j and on the embedded FalkorDB (a private MCE_HOME), each
    on a PostgreSQL instance of its own schema.
@@ -278,6 +286,98 @@ def _wait_for_results(graph, instance, ids: list[str], timeout: float) -> dict[s
     return wait_for(done, timeout, "every session's results", poll=2.0)
 
 
+@dataclass
+class Stream:
+    rate: float
+    latencies: list[float]
+    #: per session: (tick and backfill, queue and launch, worker start-up, run)
+    parts: list[tuple[float, float, float, float]]
+    runs: int
+
+
+def measure_streams(s: Scratch, rates: list[float], duration: float, seed: int, timeout: float) -> list[Stream]:
+    from mce_dagster import queue as q
+    from mce_dagster.graph import open_graph
+    from mce_dagster.settings import Settings
+
+    env = deployment(s, "streams", dict(os.environ))
+    queue = f"bench_latency_{uuid.uuid4().hex[:8]}"
+    env["MCE_SESSION_QUEUE"] = queue
+    s.queues.append(queue)
+    counts = [max(1, round(rate * duration)) for rate in rates]
+    export = s.root / "streams.json"
+    ids = synth(export, sum(counts), seed)
+    s.neo4j_sessions.extend(ids)
+    cli(env, "mce", "ingest", str(export))
+    cli(env, "dagster", "sensor", "start", SENSOR, "-w", "workspace.yaml")
+    log = s.root / "streams" / "daemon.log"
+    daemon = start_daemon(s, env, log)
+    wait_for(lambda: f"Checking for new runs for sensor: {SENSOR}" in log.read_text(errors="replace"), 300, "the sensor's first tick")
+    settings = Settings.from_env(env)
+    graph = open_graph(neo4j_settings())
+    instance = instance_view(env)
+    streams, start = [], 0
+    for rate, n in zip(rates, counts):
+        chosen, start = ids[start:start + n], start + n
+        published: dict[str, float] = {}
+        began = time.time()
+        with q.channel(settings) as ch:
+            for i, sid in enumerate(chosen):
+                time.sleep(max(0.0, began + i / rate - time.time()))
+                q.publish(ch, queue, q.announcement(sid))
+                published[sid] = time.time()
+        last_at = _wait_for_results(graph, instance, chosen, timeout)
+        streams.append(_stream(rate, chosen, published, last_at, graph, instance))
+    stop_daemon(daemon)
+    instance.dispose()
+    return streams
+
+
+_RUN_OF_SESSION = (
+    "MATCH (x:MetricResult) WHERE x.sessionId IN $ids "
+    "WITH x.sessionId AS s, x ORDER BY x.computedAt DESC RETURN s, collect(x.runId)[0] AS run"
+)
+
+
+def _stream(rate, ids, published, last_at, graph, instance) -> Stream:
+    import dagster as dg
+
+    run_of = {r["s"]: r["run"] for r in graph.backend.query(_RUN_OF_SESSION, {"ids": ids})}
+    records = {r.dagster_run.run_id: r for r in instance.get_run_records(filters=dg.RunsFilter(run_ids=sorted(set(run_of.values()))))}
+    first_step: dict[str, float] = {}
+    for run_id in records:
+        steps = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_START, limit=1).records
+        if steps:
+            first_step[run_id] = steps[0].event_log_entry.timestamp
+    parts = []
+    for sid in ids:
+        rec = records.get(run_of.get(sid))
+        if rec is None or rec.start_time is None or rec.dagster_run.run_id not in first_step:
+            continue
+        created = rec.create_timestamp.timestamp()
+        step = first_step[rec.dagster_run.run_id]
+        parts.append((created - published[sid], rec.start_time - created, step - rec.start_time, last_at[sid] - step))
+    return Stream(rate, sorted(last_at[sid] - published[sid] for sid in ids), parts, len(records))
+
+
+def stream_report(streams: list[Stream], load) -> str:
+    lines = [
+        f"machine: {os.cpu_count()} cores, load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        f"steady streams through {SENSOR} and dagster-daemon (repository's dagster.yaml on PostgreSQL, Neo4j):",
+        f"   {'rate/s':>7} {'sessions':>9} {'runs':>5} {'p50 s':>7} {'p95 s':>7} {'max s':>7}   "
+        "median of: tick+backfill / queue+launch / start-up / run (s)",
+    ]
+    for st in streams:
+        lat = st.latencies
+        p95 = percentile(lat, 95) if len(lat) > 1 else lat[0]
+        med = [statistics.median(p[i] for p in st.parts) if st.parts else float("nan") for i in range(4)]
+        lines.append(
+            f"   {st.rate:>7g} {len(lat):>9} {st.runs:>5} {statistics.median(lat):>7.1f} {p95:>7.1f} {lat[-1]:>7.1f}   "
+            + " / ".join(f"{m:.1f}" for m in med)
+        )
+    return "\n".join(lines)
+
+
 # -- 2. backends on the same batch ------------------------------------------------------
 
 
@@ -356,10 +456,18 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=500, help="sessions in the backend comparison")
     parser.add_argument("--seed", type=int, default=None, help="synthetic seed (default: a fresh one, so ids are new)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the burst's results")
+    parser.add_argument("--rates", help="steady streams at these rates (sessions/s, comma-separated) instead of the burst")
+    parser.add_argument("--duration", type=float, default=60, help="seconds each steady stream lasts")
     args = parser.parse_args()
     check_environment()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     load = os.getloadavg()
+    if args.rates:
+        rates = [float(r) for r in args.rates.split(",")]
+        with scratch() as s:
+            streams = measure_streams(s, rates, args.duration, seed, args.timeout)
+        print(stream_report(streams, load))
+        return 0
     with scratch() as s:
         lat = measure_latency(s, args.sessions, seed, args.timeout)
         export = s.root / "batch.json"
