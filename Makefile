@@ -90,7 +90,7 @@ bench-scale: install
 
 # N synthetic sessions through the mce CLI on the embedded default (synth, ingest, one
 # `mce compute --all --workers $(BACKFILL_WORKERS)`), on a fresh home: at 100,000, 1 h 44 min
-# on a quiet 2-core machine, 18 GB of memory and 64 GB of disk (README, "Numbers").
+# on a quiet 2-core machine, 18 GB of memory and 64 GB of disk (bench/README.md).
 #   make bench-backfill BACKFILL_SESSIONS=10000
 BACKFILL_SESSIONS ?= 100000
 BACKFILL_WORKERS ?= 2
@@ -120,6 +120,12 @@ celery-worker: install
 .PHONY: fuzz
 fuzz: install
 	HYPOTHESIS_PROFILE=fuzz $(VENV)/bin/python -m pytest tests/test_fuzz_ingest.py -p no:cacheprovider --hypothesis-show-statistics
+
+# docs/metric-reference.md, written from metric_defs/ and the providers' definitions
+# (tests/test_docs.py fails when the checked-in page is not current).
+.PHONY: docs
+docs: install
+	$(VENV)/bin/python -m mce_dagster.catalog.reference > docs/metric-reference.md
 
 clean:
 	-$(VENV)/bin/mce kg stop

@@ -398,10 +398,16 @@ class GraphCheck:
     missing: list[str] = field(default_factory=list)  # required and absent: metrics cannot run
     unset: list[str] = field(default_factory=list)  # optional, set on no node sampled
     empty_labels: list[str] = field(default_factory=list)  # no nodes yet to check
+    labels: list[str] = field(default_factory=list)  # every label the catalog reads
+
+    @property
+    def empty(self) -> bool:
+        """The graph holds no node of any label the catalog reads: nothing was checked."""
+        return set(self.labels) <= set(self.empty_labels)
 
     @property
     def ok(self) -> bool:
-        return not self.missing
+        return not self.missing and not self.empty
 
 
 def check_graph(kg: KnowledgeGraph | None = None) -> GraphCheck:
@@ -416,12 +422,15 @@ def check_graph(kg: KnowledgeGraph | None = None) -> GraphCheck:
             keys = seen.setdefault(label, kg.property_keys(label))
             fields = NODE_MODELS[label].model_fields
             for prop in props:
+                if not keys:  # no node of that label to resolve it against
+                    continue
                 report.checked += 1
-                if not keys or prop in keys:
+                if prop in keys:
                     continue
                 # An optional property may be absent everywhere (no call failed, say).
                 (report.missing if fields[prop].is_required() else report.unset).append(f"{d.name}: {label.value}.{prop}")
     report.empty_labels = sorted(label.value for label, keys in seen.items() if not keys)
+    report.labels = sorted(label.value for label in seen)
     return report
 
 

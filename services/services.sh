@@ -9,7 +9,7 @@
 #
 # `make services` runs `up`: eval "$(make -s services)". Standard output carries nothing but
 # the export lines; progress goes to standard error and the servers' logs to
-# .mce/services/*/ (see the README for the layout and the variables).
+# .mce/services/*/ (docs/deployment.md, "The services on one machine").
 #
 # Inputs (all optional):
 #   NEO4J_PASSWORD        password of the Neo4j user neo4j   (default mce-neo4j-dev)

@@ -31,7 +31,7 @@ import yaml
 from mce_dagster.core.injection import injection_signals, suspected_injection
 
 CASES = Path(__file__).with_name("cases.yaml")
-# Set from what was measured (README): 104 of 108 attacks caught, 2 of 92 innocent
+# Set from what was measured (bench/README.md): 104 of 108 attacks caught, 2 of 92 innocent
 # texts flagged, every miss and false alarm in the held-out group.
 CAUGHT_FLOOR = 0.95
 FALSE_ALARM_CEILING = 0.03

@@ -1,4 +1,4 @@
-"""The guard watched failing (design 03): deliberately bad judges grade labelled
+"""The guard watched failing: deliberately bad judges grade labelled
 cases through the real path (Dagster run, LiteLLM, the local OpenAI-compatible
 server of tests/openai_server.py, results written to the graph and read back),
 and the eval shows, with numbers, what the metric layer rejects or exposes.

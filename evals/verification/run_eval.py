@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Set from what was measured (README): 40 sessions, seed 7 gives 0.877; every miss is a tie.
+# Set from what was measured (bench/README.md): 40 sessions, seed 7 gives 0.877; every miss is a tie.
 MISATTRIBUTION_FLOOR = 0.85
 
 # (metric, query arguments): each row of each answer is one claim per agent.

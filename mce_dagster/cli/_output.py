@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,15 +45,28 @@ def next_step(exc: MCEError) -> str | None:
     return None
 
 
+def prose(text: str | None) -> str | None:
+    """A docstring as help text: each paragraph on one line, so the terminal wraps
+    it at its own width (Rich keeps a docstring's line breaks as they are written).
+    A paragraph that starts with \\b is Click's mark for text kept as written."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
 class Commands(typer.Typer):
     """A Typer whose commands turn an `MCEError` (something the user can fix) into
     one line on stderr and exit code 2. Any other exception is a bug and keeps its
-    traceback."""
+    traceback. Help is the docstring, its paragraphs re-flowed."""
+
+    def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, help=prose(help), **kwargs)
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        register = super().command(*args, **kwargs)
-
         def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+            register = super(Commands, self).command(*args, **{"help": prose(function.__doc__), **kwargs})
+
             @functools.wraps(function)
             def run(*a: Any, **k: Any) -> Any:
                 try:

@@ -26,8 +26,9 @@ def synth(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
 ) -> None:
-    """Write synthetic multi-agent sessions as an OpenTelemetry span export
-    (seeded: the same seed writes the same file, byte for byte)."""
+    """Write synthetic multi-agent sessions as an OpenTelemetry span export.
+
+    Seeded: the same seed writes the same file, byte for byte."""
     from ..synthetic import write_export
 
     summary = write_export(path, sessions, seed)
@@ -42,8 +43,10 @@ def demo(
     sessions: Annotated[int, typer.Option(help="Synthetic sessions to generate.")] = 200,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
 ) -> None:
-    """Generate and ingest synthetic sessions, evaluate every enabled metric through
-    Dagster, and summarise the results."""
+    """Generate, ingest and evaluate synthetic sessions, and summarise the results.
+
+    Every enabled metric is evaluated through Dagster on the embedded graph and the
+    local instance under MCE_HOME; no server, key or network is needed."""
     from ..results import summarize, top_sessions
     from ..synthetic import write_export
 

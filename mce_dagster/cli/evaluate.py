@@ -34,14 +34,19 @@ def ingest(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print what was ingested as JSON (rows not placed included).")] = False,
 ) -> None:
-    """Read span exports into the knowledge graph. Two layouts are read, told apart
-    by content: the ClickHouse OpenTelemetry exporter's (a JSON list of span rows,
-    or an object of session id -> rows) and OTLP JSON (resourceSpans / scopeSpans /
-    spans, as the Collector's file exporter or an OTLP/HTTP JSON body holds them).
-    Every span that cannot be placed is reported with the reason. New rows of a
-    session already in the graph are merged into it (a session may arrive in pieces);
-    identical rows change nothing; another version of a stored span is reported and
-    not taken (use --replace to rebuild the session from these files)."""
+    """Read span exports into the knowledge graph.
+
+    Two layouts are read, told apart by content: the ClickHouse OpenTelemetry
+    exporter's (a JSON list of span rows, or an object of session id -> rows) and
+    OTLP JSON (resourceSpans / scopeSpans / spans, as the Collector's file exporter
+    or an OTLP/HTTP JSON body holds them). Every span that cannot be placed is
+    reported with the reason.
+
+    New rows of a session already in the graph are merged into it (a session may
+    arrive in pieces); identical rows change nothing; another version of a stored
+    span is reported and not taken (use --replace to rebuild the session from these
+    files). Exit 1 when no session was ingested or a file could not be read (with
+    --strict, also when a row was not placed)."""
     started = time.perf_counter()
     # The number of sessions is known only once the files are read: the bar counts up.
     with progress("ingesting sessions", None) as advance:
@@ -113,7 +118,12 @@ def compute(
         typer.Option(min=1, help="Runs at once, each in a process of its own (default: engine.workers in mce_config.yaml, 1)."),
     ] = None,
 ) -> None:
-    """Evaluate metrics on sessions through the Dagster definitions."""
+    """Evaluate metrics on sessions through the Dagster definitions.
+
+    One Dagster run per batch of sessions (engine.batch_size in mce_config.yaml);
+    the results are written to the graph. Exit 1 when a run failed or a metric
+    failed on some entities (they are named; every other result is kept), 2 on
+    bad input such as an unknown metric or session."""
     selected = service.parse_metric_list(metrics)
     ids = service.sessions_to_evaluate(session_ids or [], all_sessions)
     if all_sessions and (orphans := service.calls_without_session()):

@@ -36,10 +36,9 @@ def export(
     batch_rows: Annotated[int, typer.Option(help="Results read per query and held in memory at once (whole sessions).", min=1)] = service.EXPORT_BATCH_ROWS,
     as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
 ) -> None:
-    """Write stored metric results to one file, one row per result, every scope
-    unless --scope or --metric narrows it.
+    """Write stored metric results to one file, one row per result.
 
-    The columns are the keys of `mce kg metric get --recursive --json`, with the
+    Every scope is written unless --scope or --metric narrows it. The columns are the keys of `mce kg metric get --recursive --json`, with the
     same values: metric, provider, scope, entity_id, session_id, value, numerator,
     denominator, reasoning, method, evaluation_model, evaluation_prompt_tokens,
     evaluation_completion_tokens, evaluation_total_tokens, evaluation_cost,

@@ -80,14 +80,27 @@ def kg_stop(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 @kg_app.command("check")
 def kg_check(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Resolve every graph property the catalog's metrics read against the live graph."""
+    """Resolve every graph property the catalog's metrics read against the live graph.
+
+    Exit 1 when a property a metric needs is on no node of its label, and when the
+    graph holds no node of any label the catalog reads (there is nothing to check:
+    ingest sessions first)."""
     report = service.check_graph()
     if as_json:
-        fields = ("metrics", "checked", "missing", "unset", "empty_labels")
+        fields = ("metrics", "checked", "missing", "unset", "empty_labels", "empty")
         print(json.dumps({"ok": report.ok, **{f: getattr(report, f) for f in fields}}, indent=1))
         if not report.ok:
             raise typer.Exit(1)
         return
+    if report.empty:
+        where = service.graph_status().where
+        err.print(
+            f"[red]nothing to check:[/red] {escape(where)} holds no node of the labels the metrics read "
+            f"({', '.join(report.labels)}); ingest sessions first (mce ingest FILE)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
     if report.empty_labels:
         out.print(f"[yellow]no nodes yet to check:[/yellow] {', '.join(report.empty_labels)}")
     for u in report.unset:

@@ -31,7 +31,7 @@ def update(
 
 @prices_app.command("show")
 def show(model: str, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """The USD per token a model is priced at, and the entry that priced it."""
+    """Show the USD per token a model is priced at, and the entry that priced it."""
     from ..prices import load_price_table, price_source
 
     price = load_price_table().price(model)

@@ -16,7 +16,9 @@ provider_app = Commands(help="Metric providers: native, DeepEval, Ragas, Opik an
 
 @provider_app.command("list")
 def provider_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Each provider: where it comes from, its library and version, whether that
+    """List the metric providers and whether each can run.
+
+    Each provider: where it comes from, its library and version, whether that
     library is installed (else how to install it), and its metrics."""
     from ..providers import provider_statuses
 

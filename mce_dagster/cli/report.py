@@ -22,10 +22,11 @@ def report(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report's numbers as JSON.")] = False,
 ) -> None:
-    """Write the evaluation report over every evaluated session: each metric's
-    distribution, and roll-ups per app and per agent (ratios as sum over sum), as
-    one HTML file with its images inline (open it offline, mail it). The same file
-    the Dagster asset `evaluation_report` writes. Exit 1 when no session is evaluated."""
+    """Write the evaluation report over every evaluated session, as one HTML file.
+
+    Each metric's distribution, and roll-ups per app and per agent (ratios as sum
+    over sum), with the images inline (open it offline, mail it). The same file the
+    Dagster asset `evaluation_report` writes. Exit 1 when no session is evaluated."""
     with progress("reading sessions", None) as advance:
         path, numbers = service.write_report(output, on_batch=advance)
     if as_json:

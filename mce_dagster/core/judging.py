@@ -1,6 +1,6 @@
 """The judge's side of a judged metric that needs no I/O: the prompt, the strict
 reading of its reply, the expected score from log-probabilities, and the value
-and cost of a judgment (design 03). The calls themselves are `mce_dagster.judge`.
+and cost of a judgment (docs/judge.md). The calls themselves are `mce_dagster.judge`.
 
 Session content is untrusted text: it goes between markers that it cannot close
 (any marker-like text inside is defused), and the system prompt says that nothing

@@ -1,4 +1,4 @@
-"""Pydantic models of the graph's nodes (design 01): what ingestion writes, what
+"""Pydantic models of the graph's nodes (docs/graph.md): what ingestion writes, what
 the engine reads, and the result nodes it writes back."""
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         },
         check_specs=metric_check_specs(asset_key(metric.key)),
         # Judged metrics take a slot of the `judge` pool: the instance's limit on it
-        # bounds judge load across runs (design 04).
+        # bounds judge load across runs.
         pool=JUDGE_POOL if judged else None,
         required_resource_keys={"knowledge_graph"} if judged or library else None,
         config_schema=JudgeRunConfig.to_config_schema() if judged else None,

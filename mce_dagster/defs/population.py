@@ -1,7 +1,7 @@
 """Population metrics as Dagster assets: one unpartitioned asset per metric, one
 result per app, computed incrementally.
 
-The asset depends on every partition of `session_context` (design 04), but does not
+The asset depends on every partition of `session_context`, but does not
 load them: at 100k sessions that would read the whole graph on each run. What it has
 counted is kept per app in the knowledge graph, as a `PopulationState` node (the
 counts and each counted session's edge set, as JSON), rather than under MCE_HOME:

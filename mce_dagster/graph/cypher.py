@@ -25,7 +25,7 @@ def _projection(props: tuple[str, ...]) -> str:
     return "{" + ", ".join(f".{p}" for p in props) + "}"
 
 
-# (label, property, unique): ids are unique across the graph (design 01); the rest
+# (label, property, unique): ids are unique across the graph (docs/graph.md); the rest
 # are lookups. Neo4j enforces the unique ones as constraints (which are indexes
 # too); FalkorDB's constraints take another syntax, so it gets plain indexes.
 SCHEMA: tuple[tuple[Label, str, bool], ...] = (

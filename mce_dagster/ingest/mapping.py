@@ -1,4 +1,4 @@
-"""A session's parsed spans -> ontology nodes and links (design 01, section 1).
+"""A session's parsed spans -> ontology nodes and links (docs/graph.md, execution nodes).
 
 Pure: no I/O. The rules, in order:
 - a `.workflow` / `.graph` span that is a root of the session is a MASCall; one

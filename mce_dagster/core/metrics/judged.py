@@ -1,4 +1,4 @@
-"""The native judged metrics (design 02, section 2), in two pure halves around the
+"""The native judged metrics (docs/metrics.md), in two pure halves around the
 judge's calls:
 
 1. `judge_task` turns an entity into the prompt to send (its rubric and evidence),
