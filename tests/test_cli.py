@@ -45,11 +45,15 @@ def test_user_errors_are_one_line_and_exit_2(mce_home, tmp_path):
     for args, says in (
         (("compute", "--metrics", ",", "some-session"), "names no metric"),
         (("compute", "--metrics", "Session/Nope", "some-session"), "no metric named 'Nope'"),
-        (("compute", "never-ingested"), "not in the knowledge graph: never-ingested"),
         (("compute", "a", "--all"), "not both"),
     ):
         done = mce(mce_home, *args, check=False)
         assert done.returncode == 2, (args, done.stderr)
+        assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
+    # A session the graph does not hold: exit 1, as every command that reads results answers.
+    for args, says in ((("compute", "never-ingested"), "not in the knowledge graph: never-ingested"),):
+        done = mce(mce_home, *args, check=False)
+        assert done.returncode == 1, (args, done.stderr)
         assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
     config = tmp_path / "bad_config.yaml"
     config.write_text("metrics:\n  Session: [NoSuchMetric]\n")

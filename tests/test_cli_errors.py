@@ -46,12 +46,12 @@ def test_kg_check_passes_once_the_graph_holds_a_session(mce_home, one_session):
         (("kg", "metric", "get", UNKNOWN, "--json"), 1),
         (("kg", "metric", "get", UNKNOWN, "--recursive"), 1),
         (("kg", "metric", "get", UNKNOWN, "--recursive", "--json"), 1),
-        # Bad input to a command that evaluates or exports: exit 2, as an unknown metric is.
-        (("compute", UNKNOWN, "--metrics", "Duration"), 2),
-        (("compute", UNKNOWN, "--metrics", "Duration", "--json"), 2),
-        (("export", "--output", "{out}", "--session", UNKNOWN), 2),
-        (("export", "--output", "{out}", "--session", UNKNOWN, "--json"), 2),
-        (("export", "--output", "{out}", "--format", "csv", "--session", UNKNOWN, "--json"), 2),
+        # Every command answers an unknown session with 1 (other bad input is 2).
+        (("compute", UNKNOWN, "--metrics", "Duration"), 1),
+        (("compute", UNKNOWN, "--metrics", "Duration", "--json"), 1),
+        (("export", "--output", "{out}", "--session", UNKNOWN), 1),
+        (("export", "--output", "{out}", "--session", UNKNOWN, "--json"), 1),
+        (("export", "--output", "{out}", "--format", "csv", "--session", UNKNOWN, "--json"), 1),
     ],
 )
 def test_an_unknown_session_is_an_error_in_every_output_form(mce_home, one_session, tmp_path, args, code):

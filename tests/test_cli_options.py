@@ -103,5 +103,5 @@ def test_an_unknown_session_says_what_to_do_next(mce_home):
     done = mce(mce_home, "kg", "metric", "get", "never-ingested", check=False)
     assert done.returncode == 1 and "mce compute never-ingested" in done.stderr
     done = mce(mce_home, "compute", "never-ingested", check=False)
-    assert done.returncode == 2 and "not in the knowledge graph: never-ingested" in done.stderr
+    assert done.returncode == 1 and "not in the knowledge graph: never-ingested" in done.stderr
     assert "next: ingest them first" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -164,7 +164,6 @@ def test_bad_input_is_one_line_and_exit_2(mce_home, sessions, out):
         (["--metric", "Session/Cots"], "no metric named 'Cots'"),
         (["--metric", "ToolErrorRate", "--scope", "LLMCall"], "ToolErrorRate is not defined at LLMCall"),
         (["--scope", "Nowhere"], "unknown scope 'Nowhere'"),
-        (["--session", "never-ingested"], "not in the knowledge graph: never-ingested"),
         (["--since", "soon"], "since 'soon' is not an ISO 8601"),
         (["--since", "2025-02-01", "--until", "2025-01-01"], "must be before until"),
     ):
@@ -172,6 +171,9 @@ def test_bad_input_is_one_line_and_exit_2(mce_home, sessions, out):
         assert done.returncode == 2, (args, done.stderr)
         assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
         assert not path.exists()
+    done = export(mce_home, path, "--session", "never-ingested", check=False)
+    assert done.returncode == 1 and "not in the knowledge graph: never-ingested" in done.stderr, done.stderr
+    assert not path.exists()
     done = export(mce_home, out / "no-such-dir" / "x.parquet", check=False)
     assert done.returncode == 2 and "does not exist" in done.stderr
     done = export(mce_home, out, check=False)

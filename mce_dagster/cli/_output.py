@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import MCEError
+from ..errors import MCEError, UnknownSessionError
 
 # Tables stay readable when the output is a file or a pipe (Rich assumes 80 columns).
 out = Console(width=None if sys.stdout.isatty() else 132)
@@ -57,8 +57,9 @@ def prose(text: str | None) -> str | None:
 
 class Commands(typer.Typer):
     """A Typer whose commands turn an `MCEError` (something the user can fix) into
-    one line on stderr and exit code 2. Any other exception is a bug and keeps its
-    traceback. Help is the docstring, its paragraphs re-flowed."""
+    one line on stderr and exit code 2, or 1 for a session the graph does not hold
+    (as every command that reads results answers for one). Any other exception is a
+    bug and keeps its traceback. Help is the docstring, its paragraphs re-flowed."""
 
     def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, help=prose(help), **kwargs)
@@ -74,7 +75,7 @@ class Commands(typer.Typer):
                 except MCEError as exc:
                     hint = next_step(exc)
                     err.print(f"[red]error:[/red] {escape(str(exc))}" + (f" [dim](next: {escape(hint)})[/dim]" if hint else ""), soft_wrap=True, highlight=False)
-                    raise typer.Exit(2) from None
+                    raise typer.Exit(1 if isinstance(exc, UnknownSessionError) else 2) from None
 
             register(run)
             return function
