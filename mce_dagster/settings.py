@@ -110,9 +110,10 @@ def _path(raw: Any) -> Any:
     return Path(raw).expanduser().resolve() if isinstance(raw, str) else raw
 
 
-def _number(kind: type, minimum: float | None = None, word: str | None = None):
-    """A number of `kind`; with `minimum`, at least that."""
-    noun = word or ("an integer" if kind is int and minimum is None else "a number")
+def _number(kind: type, minimum: float | None = None):
+    """A number of `kind`; with `minimum`, at least that (a bounded integer that is
+    not one is "not a number", as those messages have always said)."""
+    noun = "an integer" if kind is int and minimum is None else "a number"
 
     def check(raw: Any, info: ValidationInfo) -> Any:
         if not isinstance(raw, str):
@@ -211,7 +212,7 @@ class Environment(BaseSettings):
     LLM_BASE_MODEL_URL_MCE: Annotated[Optional[str], BeforeValidator(_stripped), Field(repr=False)] = None
     MODEL_PRICES_REFRESH: Flag = True
     MODEL_PRICES_URL: str = Field(DEFAULT_PRICES_URL, repr=False)
-    MODEL_PRICES_TTL_SECONDS: Annotated[float, _number(float, word="a number")] = 86400.0
+    MODEL_PRICES_TTL_SECONDS: Annotated[float, _number(float)] = 86400.0
 
 
 class _GivenEnvironment(Environment):
