@@ -22,7 +22,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError, ValidationInfo
 from pydantic_core import PydanticCustomError, PydanticUseDefault
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: (name, default, meaning) of every variable the project reads; the README's table.
 VARIABLES: tuple[tuple[str, str, str], ...] = (
@@ -193,7 +193,8 @@ class Environment(BaseSettings):
     MCE_SENSOR_INTERVAL: Annotated[int, _number(int, 1)] = 10
     MCE_ANNOUNCE_WAIT_SECONDS: Annotated[float, _number(float, 0.0)] = 600.0
     MCE_API_TOKEN: Optional[SecretStr] = None
-    MCE_ALLOWED_HOSTS: Annotated[tuple[str, ...], BeforeValidator(_host_names)] = ()
+    # A comma-separated list, not JSON (NoDecode: pydantic-settings would read it as JSON).
+    MCE_ALLOWED_HOSTS: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_host_names)] = ()
     MCE_MAX_REQUEST_BYTES: Annotated[int, _number(int, 1024)] = 1_048_576
     MCE_QUERY_RESULTS_KEPT: Annotated[int, _number(int, 1)] = 200
     MCE_JUDGE_SAMPLES: Annotated[int, BeforeValidator(_count)] = 1

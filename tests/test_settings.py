@@ -62,13 +62,31 @@ def test_choices_and_the_defaults_that_follow_from_them():
     assert Settings.from_env({"NEO4J_USERNAME": "new", "KG_DB_USER": "old"}).neo4j_user == "new"
 
 
+#: A value each variable may take.
+VALUES = {
+    "MCE_HOME": "/tmp/mce-settings", "DAGSTER_HOME": "/tmp/mce-settings/d", "MCE_GRAPH_NAME": "g", "MCE_CONFIG": "/tmp/c.yaml",
+    "MODEL_PRICES_PATH": "/tmp/p.json", "NEO4J_URI": "bolt://db:7687", "KG_DB_HOST": "kg", "KG_DB_PORT": "7688",
+    "NEO4J_USERNAME": "n", "KG_DB_USER": "k", "NEO4J_PASSWORD": NEO4J_PASSWORD, "KG_DB_PASSWORD": "kp", "NEO4J_DATABASE": "d",
+    "KG_DB_NAME": "kd", "NEO4J_RETRY_SECONDS": "2.5", "MCE_GRAPH_RETRIES": "1", "MCE_GRAPH_RETRY_WAIT_SECONDS": "0",
+    "RABBITMQ_URL": f"amqp://u:{RABBITMQ_PASSWORD}@mq/%2F", "RABBITMQ_HOST": "mq", "RABBITMQ_PORT": "5673", "RABBITMQ_USER": "u",
+    "RABBITMQ_PASSWORD": RABBITMQ_PASSWORD, "RABBITMQ_VHOST": "v", "MCE_SESSION_QUEUE": "q", "MCE_SENSOR_BATCH": "7",
+    "MCE_SENSOR_TICK_SECONDS": "5", "MCE_SENSOR_INTERVAL": "3", "MCE_ANNOUNCE_WAIT_SECONDS": "9", "MCE_API_TOKEN": "t" * 24,
+    "MCE_ALLOWED_HOSTS": "proxy.example, b:8443", "MCE_MAX_REQUEST_BYTES": "4096", "MCE_QUERY_RESULTS_KEPT": "5",
+    "MCE_JUDGE_SAMPLES": "2", "MCE_JUDGE_CACHE": "live", "MCE_JUDGE_CONCURRENCY": "3", "MCE_JUDGE_TEMPERATURE": "0.2",
+    "MCE_JUDGE_TIMEOUT": "9", "MCE_JUDGE_RETRIES": "1", "MCE_JUDGE_MAX_TOKENS": "64", "MCE_JUDGE_CACHE_PATH": "/tmp/c.sqlite",
+    "MCE_JUDGE_BUDGET_USD": "0.5", "MCE_JUDGE_EMBEDDING_MODEL": "e", "MCE_JUDGE_LOGPROBS": "no", "LLM_MODEL_NAME": "m",
+    "OPENAI_API_KEY": API_KEY, "LLM_BASE_MODEL_URL_MCE": "http://judge/v1", "MODEL_PRICES_REFRESH": "false",
+    "MODEL_PRICES_URL": "http://prices/table.json", "MODEL_PRICES_TTL_SECONDS": "60",
+}
+
+
 def test_the_process_environment_reads_as_the_same_mapping_does(monkeypatch):
-    for name, value in {
-        "MCE_HOME": "/tmp/mce-settings", "NEO4J_URI": "bolt://db:7687", "NEO4J_PASSWORD": NEO4J_PASSWORD,
-        "MCE_SENSOR_BATCH": "7", "MCE_JUDGE_SAMPLES": "2", "LLM_MODEL_NAME": "m", "MCE_JUDGE_LOGPROBS": "",
-    }.items():
+    assert set(VALUES) == set(READ_VARIABLES)
+    for name, value in VALUES.items():
         monkeypatch.setenv(name, value)
-    assert Settings.from_env() == Settings.from_env(dict(os.environ))
+    read = Settings.from_env()
+    assert read == Settings.from_env(dict(os.environ)) and read.explicit == frozenset(VALUES)
+    assert read.allowed_hosts == ("proxy.example", "b:8443") and read.judge.budget_usd == 0.5
 
 
 @pytest.mark.parametrize("env, message", [
