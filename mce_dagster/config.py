@@ -3,7 +3,8 @@
 Validated in two steps, both by this module: the file's shape by the pydantic
 model `ConfigFile` (`ConfigFile.model_json_schema()` gives it as a JSON schema),
 then each metric name against the catalog. An unknown key, scope or metric name
-is a `ConfigError` that names it and the file.
+is a `ConfigError` that names it and the file. Which file (MCE_CONFIG) is the
+settings' `config_path`, given by whoever loads the definitions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from .bundled import shipped_path
 from .catalog import Catalog, CatalogMetric, validation_message
 from .core.ontology import Scope
 from .errors import ConfigurationError, UnknownMetricError
-from .settings import Settings
 
 DEFAULT_CONFIG_PATH = shipped_path("mce_config.yaml")
 
@@ -74,11 +74,7 @@ class MCEConfig:
     enabled: tuple[CatalogMetric, ...]  # as configured, plus their dependencies
     requested: tuple[CatalogMetric, ...]  # as configured
     engine: EngineSettings
-
-
-def config_path() -> Path:
-    """`MCE_CONFIG` if it is set, else the shipped `mce_config.yaml`."""
-    return Settings.from_env().config_path or DEFAULT_CONFIG_PATH
+    providers: ProviderSection = ProviderSection()
 
 
 def read_config_file(path: Path) -> ConfigFile:
@@ -95,7 +91,8 @@ def read_config_file(path: Path) -> ConfigFile:
 
 
 def load_config(catalog: Catalog, path: Path | None = None) -> MCEConfig:
-    path = Path(path or config_path())
+    """The file at `path` (the settings' MCE_CONFIG), else the shipped one."""
+    path = Path(path or DEFAULT_CONFIG_PATH)
     config = read_config_file(path)
     requested = []
     for scope, names in config.metrics.items():
@@ -105,4 +102,6 @@ def load_config(catalog: Catalog, path: Path | None = None) -> MCEConfig:
             except UnknownMetricError as exc:
                 raise ConfigError(f"{path}: metrics/{scope.value}: {exc}") from None
     enabled = catalog.closure(m.key for m in requested)
-    return MCEConfig(path=path, enabled=tuple(enabled), requested=tuple(requested), engine=config.engine)
+    return MCEConfig(
+        path=path, enabled=tuple(enabled), requested=tuple(requested), engine=config.engine, providers=config.providers
+    )

@@ -1,8 +1,14 @@
-"""The Dagster entry point: `dagster dev -w workspace.yaml` loads `defs` from here."""
+"""The Dagster entry point: `dagster dev -w workspace.yaml` loads `defs` from here.
+
+`defs` is built from the settings of the process that asks for it, read once there;
+its resources carry them to every step and sensor tick. A process whose settings
+change after it asked (a test, a notebook setting a variable) gets definitions built
+for the new ones, as a reloaded code location would."""
 
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 
 import dagster as dg
 
@@ -19,12 +25,12 @@ from .defs.assets import (
 )
 from .defs.io_managers import MetricResultIOManager, SessionContextIOManager
 from .defs.jobs import evaluate_job
+from .defs.judging import provider_options
 from .defs.population import build_population_asset
 from .defs.report import evaluation_report
-from .defs.resources import knowledge_graph_resource
-from .defs.sensors import build_sensors, session_queue_resource
+from .defs.resources import KNOWLEDGE_GRAPH, build_resources
+from .defs.sensors import build_sensors
 from .files import keep_private
-from .prices import load_price_table
 from .settings import Settings
 
 # The code server loads this first, and its run workers are its children.
@@ -35,14 +41,14 @@ keep_private()
 def runtime() -> tuple[Catalog, MCEConfig]:
     """The catalog and configuration the definitions are built from."""
     catalog = load_catalog()
-    return catalog, load_config(catalog)
+    return catalog, load_config(catalog, Settings.from_env().config_path)
 
 
-def sensor_metrics(config: MCEConfig) -> list[CatalogMetric]:
+def sensor_metrics(config: MCEConfig, settings: Settings | None = None) -> list[CatalogMetric]:
     """The enabled metrics the sensors evaluate: without a judge model, judged metrics
     and what reads them are left out, as `mce compute` leaves them out, so their
     partitions stay unmaterialized until a judge is configured."""
-    if Settings.from_env().judge.configured:
+    if (settings or Settings.from_env()).judge.configured:
         return list(config.enabled)
     dropped: set = set()
     for m in config.enabled:  # dependencies first
@@ -51,20 +57,26 @@ def sensor_metrics(config: MCEConfig) -> list[CatalogMetric]:
     return [m for m in config.enabled if m.key not in dropped]
 
 
-def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
-    knowledge_graph = knowledge_graph_resource()
+def build_definitions(catalog: Catalog, config: MCEConfig, settings: Settings | None = None) -> dg.Definitions:
+    """The definitions of the catalog and configuration, their resources made from
+    `settings` (else the process's, read here)."""
+    settings = settings or Settings.from_env()
+    resources = build_resources(settings)
+    knowledge_graph = resources[KNOWLEDGE_GRAPH]
+    options = provider_options(config.providers)
     metric_assets = [
-        build_population_asset(m) if m.scope is Scope.POPULATION else build_metric_asset(m, load_price_table)
+        build_population_asset(m) if m.scope is Scope.POPULATION else build_metric_asset(m, options)
         for m in catalog.ordered()
     ]
     return dg.Definitions(
         assets=[session_context, *metric_assets, evaluation_report],
         jobs=[evaluate_job(config.enabled)],
         # Off by default: `dagster sensor start session_queue_sensor` (or session_poll_sensor).
-        sensors=build_sensors([SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config) if m.scope is not Scope.POPULATION)]),
+        sensors=build_sensors(
+            [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config, settings) if m.scope is not Scope.POPULATION)], settings
+        ),
         resources={
-            "knowledge_graph": knowledge_graph,
-            "session_queue": session_queue_resource(),
+            **resources,
             SESSION_CONTEXT_IO_MANAGER: SessionContextIOManager(knowledge_graph=knowledge_graph),
             METRIC_IO_MANAGER: MetricResultIOManager(knowledge_graph=knowledge_graph),
         },
@@ -72,4 +84,27 @@ def build_definitions(catalog: Catalog, config: MCEConfig) -> dg.Definitions:
     )
 
 
-defs = build_definitions(*runtime())
+# Definitions by the settings they were built from: a few, for the processes whose settings change.
+_BUILT: "OrderedDict[Settings, dg.Definitions]" = OrderedDict()
+_BUILT_KEPT = 4
+
+
+def definitions_for(settings: Settings) -> dg.Definitions:
+    """The definitions of the catalog and configuration under these settings, built once."""
+    if settings not in _BUILT:
+        _BUILT[settings] = build_definitions(*runtime(), settings)
+        while len(_BUILT) > _BUILT_KEPT:
+            _BUILT.popitem(last=False)
+    _BUILT.move_to_end(settings)
+    return _BUILT[settings]
+
+
+def __getattr__(name: str):
+    if name == "defs":  # what Dagster loads, and what `mce compute` runs
+        return definitions_for(Settings.from_env())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # Dagster finds the definitions among the module's names.
+    return sorted([*globals(), "defs"])

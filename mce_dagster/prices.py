@@ -8,6 +8,8 @@ is retried an hour later; `MODEL_PRICES_REFRESH=false` turns refresh off
 (clusters with no internet). `MODEL_PRICES_PATH` points at another table (never
 refreshed). `mce prices update` rewrites the committed copy. The judge's calls
 and the sessions' own LLM calls (the `Cost` metric) are priced by the same table.
+Inside Dagster the `prices` resource carries these settings; `load_price_table()`
+without them is the process's table, for the other interfaces.
 """
 
 from __future__ import annotations
@@ -39,10 +41,6 @@ def bundled_table_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("litellm is not installed")
     return Path(list(spec.submodule_search_locations)[0]) / _BUNDLED_NAME
-
-
-def table_path() -> Path:
-    return Settings.from_env().prices_path or COMMITTED_PATH
 
 
 def trim(entries: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -102,30 +100,32 @@ class RefreshingPrices:
             log.warning("price table not refreshed from %s (%s); keeping %s, retrying in an hour", self.settings.url, self.last_error, self.source)
 
 
-_CURRENT: dict[tuple, RefreshingPrices] = {}
+_CURRENT: dict[PriceSettings, RefreshingPrices] = {}
 _LOCK = threading.Lock()
 
 
-def price_source() -> RefreshingPrices:
-    settings = Settings.from_env()
-    path = settings.prices_path or COMMITTED_PATH
-    key = (str(path), settings.prices)
+def price_source(settings: PriceSettings | None = None) -> RefreshingPrices:
+    """The table of these settings (else the process's), one per process."""
+    settings = settings or Settings.from_env().prices
+    path = settings.path or COMMITTED_PATH
     with _LOCK:
-        if key not in _CURRENT:
-            _CURRENT[key] = RefreshingPrices(path, settings.prices, refreshable=settings.prices_path is None)
-        return _CURRENT[key]
+        if settings not in _CURRENT:
+            _CURRENT[settings] = RefreshingPrices(path, settings, refreshable=settings.path is None)
+        return _CURRENT[settings]
 
 
-def load_price_table() -> PriceTable:
-    return price_source().current()
+def load_price_table(settings: PriceSettings | None = None) -> PriceTable:
+    return price_source(settings).current()
 
 
 def update_committed(url: str | None = None, source: Path | None = None, target: Path = COMMITTED_PATH) -> int:
     """Rewrite the committed copy from the URL (or a file); returns the entry count."""
     if source is not None:
         entries = trim(json.loads(Path(source).read_text(encoding="utf-8")))
+    elif url:
+        entries = fetch(url, timeout=60)
     else:
-        entries = fetch(url or Settings.from_env().prices.url, timeout=60)
+        raise ValueError("update_committed: give the URL or the file to read the table from")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(dumps(entries), encoding="utf-8")
     return len(entries)

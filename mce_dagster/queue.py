@@ -1,7 +1,8 @@
 """The session queue: RabbitMQ's `new_session_to_mce` and its dead-letter queue.
 
 The ingestion pipeline announces each new session with a JSON object carrying its
-`session_id`. This module connects from the settings, declares both queues
+`session_id`. This module connects from the settings (the sensor's resource passes
+its own `QueueSettings`; a caller that passes none gets the process's), declares both queues
 (durable), reads a message's session id (or says why it cannot), and publishes with
 publisher confirms: `publish` returns only once the broker has the message, so a
 caller may acknowledge the original after it. Imports no Dagster: `mce announce`,
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .errors import ConfigurationError, InputError, ServiceError
-from .settings import Settings, masked_url, redact
+from .settings import QueueSettings, Settings, masked_url, redact
 
 if TYPE_CHECKING:
     import pika
@@ -43,14 +44,20 @@ def dlq_name(queue: str) -> str:
     return queue + DLQ_SUFFIX
 
 
-def describe(settings: Settings | None = None) -> str:
+def _queue(settings: Settings | QueueSettings | None) -> QueueSettings:
+    if settings is None:
+        settings = Settings.from_env()
+    return settings.queue if isinstance(settings, Settings) else settings
+
+
+def describe(settings: Settings | QueueSettings | None = None) -> str:
     """The broker and queue for a person, without the password."""
-    settings = settings or Settings.from_env()
+    settings = _queue(settings)
     params = _parameters(settings)
     return f"RabbitMQ at {params.host}:{params.port} vhost {params.virtual_host!r}, queue {settings.session_queue!r}"
 
 
-def _parameters(settings: Settings) -> "pika.URLParameters":
+def _parameters(settings: QueueSettings) -> "pika.URLParameters":
     """The broker's connection parameters; a URL pika cannot read is a
     `ConfigurationError` that shows it masked (pika's own message may quote it)."""
     import pika
@@ -62,12 +69,12 @@ def _parameters(settings: Settings) -> "pika.URLParameters":
         raise ConfigurationError(f"RABBITMQ_URL {masked_url(settings.rabbitmq_url)} is not an AMQP URL: {type(exc).__name__}: {said}") from None
 
 
-def connect(settings: Settings | None = None, *, timeout: float = 10.0) -> "pika.BlockingConnection":
+def connect(settings: Settings | QueueSettings | None = None, *, timeout: float = 10.0) -> "pika.BlockingConnection":
     """A blocking connection to the broker the settings name. A broker that does not
     answer is a `ServiceError` that names it (never the password)."""
     import pika
 
-    settings = settings or Settings.from_env()
+    settings = _queue(settings)
     params = _parameters(settings)
     params.socket_timeout = timeout
     params.blocked_connection_timeout = timeout
@@ -89,9 +96,9 @@ def declare(channel: "BlockingChannel", queue: str) -> None:
 
 
 @contextmanager
-def channel(settings: Settings | None = None) -> Iterator["BlockingChannel"]:
+def channel(settings: Settings | QueueSettings | None = None) -> Iterator["BlockingChannel"]:
     """A channel with publisher confirms on, both queues declared; closed after."""
-    settings = settings or Settings.from_env()
+    settings = _queue(settings)
     connection = connect(settings)
     try:
         ch = connection.channel()
@@ -123,9 +130,9 @@ def announcement(session_id: str) -> bytes:
     return json.dumps({"session_id": session_id}).encode()
 
 
-def announce(session_ids: Iterable[str], settings: Settings | None = None) -> int:
+def announce(session_ids: Iterable[str], settings: Settings | QueueSettings | None = None) -> int:
     """Announce sessions the way the ingestion pipeline does; the number published."""
-    settings = settings or Settings.from_env()
+    settings = _queue(settings)
     n = 0
     with channel(settings) as ch:
         for session_id in session_ids:

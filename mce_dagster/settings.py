@@ -1,19 +1,28 @@
 """Settings from the environment: the one module of the project that reads it.
 
-Every process (the CLI, the Dagster webserver, daemon and run workers, a notebook)
-reads the same variables, so one deployment points at one graph and one Dagster
-instance. `Settings.from_env()` is called where a process opens something (the
-graph, the instance), not at import, so a test or a notebook may set a variable
-first. `VARIABLES` lists every variable, with its default.
+A process reads the environment once, where it starts: the CLI's entry, the code
+location loading its definitions (`mce_dagster.definitions`), a server starting.
+`Settings.from_env()` validates the variables (`Environment`, through pydantic-settings)
+into the frozen `Settings` the rest of the project is handed; inside Dagster the
+resources carry them (`mce_dagster.defs.resources`), so no run step or sensor tick reads
+the environment. It is never called at import, so a test or a notebook may set a
+variable first. `mce --env-file` puts a file's variables in the environment before
+that (python-dotenv's parser). `VARIABLES` lists every variable, with its default.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, Optional
+
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError, ValidationInfo
+from pydantic_core import PydanticCustomError, PydanticUseDefault
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: (name, default, meaning) of every variable the project reads; the README's table.
 VARIABLES: tuple[tuple[str, str, str], ...] = (
@@ -66,24 +75,181 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
 
 JUDGE_CACHE_MODES = ("off", "live", "record", "replay")
 DEFAULT_PRICES_URL = "https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json"
+DEFAULT_QUEUE = "new_session_to_mce"
+DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
-def _flag(value: str | None, default: bool) -> bool:
-    if value is None or value.strip() == "":
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off")
+# -- the variables as pydantic-settings reads them -------------------------------------
+#
+# Each check below raises the project's own message (`name='value' is not a number`),
+# never pydantic's, so that a message names the variable and its value only where the
+# value is a number; a secret is only ever a `SecretStr`, checked for nothing.
 
 
-def _number(env: Mapping[str, str], name: str, default: float | None, kind: type = float) -> float | None:
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return default
+def _refused(message: str) -> PydanticCustomError:
+    return PydanticCustomError("mce_setting", "{message}", {"message": message})
+
+
+def _unset_when_blank(raw: Any) -> Any:
+    if isinstance(raw, str) and not raw.strip():
+        raise PydanticUseDefault()
+    return raw
+
+
+def _stripped(raw: Any) -> Any:
+    return _unset_when_blank(raw).strip() if isinstance(raw, str) else raw
+
+
+def _flag(raw: Any) -> Any:
+    """Anything but 0, false, no and off is on; blank is the default."""
+    raw = _unset_when_blank(raw)
+    return raw.strip().lower() not in ("0", "false", "no", "off") if isinstance(raw, str) else raw
+
+
+def _path(raw: Any) -> Any:
+    return Path(raw).expanduser().resolve() if isinstance(raw, str) else raw
+
+
+def _number(kind: type, minimum: float | None = None):
+    """A number of `kind`; with `minimum`, at least that (a bounded integer that is
+    not one is "not a number", as those messages have always said)."""
+    noun = "an integer" if kind is int and minimum is None else "a number"
+
+    def check(raw: Any, info: ValidationInfo) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise _refused(f"{info.field_name}={raw!r} is not {noun}") from None
+        if minimum is not None and value < minimum:
+            raise _refused(f"{info.field_name}={raw!r} is below its minimum {minimum}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def _count(raw: Any, info: ValidationInfo) -> Any:
+    """An integer of 1 or more."""
+    if not isinstance(raw, str):
+        return raw
     try:
-        return kind(value)
+        value = int(raw)
     except ValueError:
-        from .errors import ConfigurationError
+        raise _refused(f"{info.field_name}={raw!r} is not an integer") from None
+    if value < 1:
+        raise _refused(f"{info.field_name}={value} must be 1 or more")
+    return value
 
-        raise ConfigurationError(f"{name}={value!r} is not a{'n integer' if kind is int else ' number'}") from None
+
+def _cache_mode(raw: Any) -> Any:
+    mode = raw.strip().lower() if isinstance(raw, str) else raw
+    if mode not in JUDGE_CACHE_MODES:
+        raise _refused(f"MCE_JUDGE_CACHE={mode!r} is not one of {', '.join(JUDGE_CACHE_MODES)}")
+    return mode
+
+
+def _host_names(raw: Any) -> Any:
+    if isinstance(raw, str):
+        return tuple(h.strip().lower() for h in raw.split(",") if h.strip())
+    return raw
+
+
+Flag = Annotated[bool, BeforeValidator(_flag)]
+Folder = Annotated[Optional[Path], BeforeValidator(_path)]
+Text = Annotated[Optional[str], BeforeValidator(_stripped)]
+
+
+class Environment(BaseSettings):
+    """The variables of `VARIABLES`, as set: a field per variable, named as it is
+    (with the older KG_DB_* names as aliases). Empty means unset. `Settings.from_env`
+    turns this into `Settings`, with the defaults that depend on other variables."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, env_ignore_empty=True, extra="ignore", frozen=True)
+
+    MCE_HOME: Folder = None
+    DAGSTER_HOME: Folder = None
+    MCE_GRAPH_NAME: str = "mce"
+    MCE_CONFIG: Folder = None
+    MODEL_PRICES_PATH: Folder = None
+    NEO4J_URI: Optional[str] = Field(None, repr=False)
+    KG_DB_HOST: Optional[str] = Field(None, repr=False)
+    KG_DB_PORT: Optional[str] = None
+    NEO4J_USERNAME: str = Field("neo4j", validation_alias=AliasChoices("NEO4J_USERNAME", "KG_DB_USER"))
+    NEO4J_PASSWORD: SecretStr = Field(SecretStr(""), validation_alias=AliasChoices("NEO4J_PASSWORD", "KG_DB_PASSWORD"))
+    NEO4J_DATABASE: Optional[str] = Field(None, validation_alias=AliasChoices("NEO4J_DATABASE", "KG_DB_NAME"))
+    NEO4J_RETRY_SECONDS: Annotated[float, _number(float, 0.0)] = 30.0
+    MCE_GRAPH_RETRIES: Annotated[int, _number(int, 0)] = 3
+    MCE_GRAPH_RETRY_WAIT_SECONDS: Annotated[float, _number(float, 0.0)] = 10.0
+    RABBITMQ_URL: Optional[str] = Field(None, repr=False)
+    RABBITMQ_HOST: str = "127.0.0.1"
+    RABBITMQ_PORT: str = "5672"
+    RABBITMQ_USER: str = "guest"
+    RABBITMQ_PASSWORD: SecretStr = SecretStr("guest")
+    RABBITMQ_VHOST: str = "/"
+    MCE_SESSION_QUEUE: str = DEFAULT_QUEUE
+    MCE_SENSOR_BATCH: Annotated[int, _number(int, 1)] = 500
+    MCE_SENSOR_TICK_SECONDS: Annotated[float, _number(float, 1.0)] = 20.0
+    MCE_SENSOR_INTERVAL: Annotated[int, _number(int, 1)] = 10
+    MCE_ANNOUNCE_WAIT_SECONDS: Annotated[float, _number(float, 0.0)] = 600.0
+    MCE_API_TOKEN: Optional[SecretStr] = None
+    # A comma-separated list, not JSON (NoDecode: pydantic-settings would read it as JSON).
+    MCE_ALLOWED_HOSTS: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_host_names)] = ()
+    MCE_MAX_REQUEST_BYTES: Annotated[int, _number(int, 1024)] = 1_048_576
+    MCE_QUERY_RESULTS_KEPT: Annotated[int, _number(int, 1)] = 200
+    MCE_JUDGE_SAMPLES: Annotated[int, BeforeValidator(_count)] = 1
+    MCE_JUDGE_CACHE: Annotated[str, BeforeValidator(_cache_mode)] = "off"
+    MCE_JUDGE_CONCURRENCY: Annotated[int, BeforeValidator(_count)] = 8
+    MCE_JUDGE_TEMPERATURE: Annotated[Optional[float], _number(float)] = None
+    MCE_JUDGE_TIMEOUT: Annotated[float, _number(float)] = 60.0
+    MCE_JUDGE_RETRIES: Annotated[int, _number(int)] = 4
+    MCE_JUDGE_MAX_TOKENS: Annotated[int, _number(int)] = 512
+    MCE_JUDGE_CACHE_PATH: Folder = None
+    MCE_JUDGE_BUDGET_USD: Annotated[Optional[float], _number(float)] = None
+    MCE_JUDGE_EMBEDDING_MODEL: Annotated[str, BeforeValidator(_stripped)] = DEFAULT_EMBEDDING_MODEL
+    MCE_JUDGE_LOGPROBS: Flag = True
+    LLM_MODEL_NAME: Text = None
+    OPENAI_API_KEY: Optional[SecretStr] = None
+    LLM_BASE_MODEL_URL_MCE: Annotated[Optional[str], BeforeValidator(_stripped), Field(repr=False)] = None
+    MODEL_PRICES_REFRESH: Flag = True
+    MODEL_PRICES_URL: str = Field(DEFAULT_PRICES_URL, repr=False)
+    MODEL_PRICES_TTL_SECONDS: Annotated[float, _number(float)] = 86400.0
+
+
+class _GivenEnvironment(Environment):
+    """`Environment` from a mapping given in place of the process's environment."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        return (init_settings,)
+
+
+#: Every variable `Environment` reads, aliases included.
+READ_VARIABLES: tuple[str, ...] = tuple(
+    name
+    for key, info in Environment.model_fields.items()
+    for name in (info.validation_alias.choices if isinstance(info.validation_alias, AliasChoices) else [key])
+)
+
+
+def read_environment(env: Mapping[str, str] | None = None) -> Environment:
+    """The variables, validated; a `ConfigurationError` naming the first one that is
+    wrong. `env`: a mapping read instead of the process's environment."""
+    from .errors import ConfigurationError
+
+    try:
+        if env is None:
+            return Environment()
+        return _GivenEnvironment(**{k: v for k, v in env.items() if k in READ_VARIABLES and v})
+    except ValidationError as exc:
+        first = exc.errors(include_input=False)[0]
+        if first["type"] == "mce_setting":
+            raise ConfigurationError(first["msg"]) from None
+        # Not one of the project's checks: the variable and pydantic's reason, never the value.
+        raise ConfigurationError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+# -- the settings the project is handed --------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -92,7 +258,7 @@ class JudgeSettings:
 
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
-    base_url: str | None = None
+    base_url: str | None = field(default=None, repr=False)
     logprobs: bool = True
     samples: int = 1
     temperature: float = 0.0
@@ -104,7 +270,7 @@ class JudgeSettings:
     cache_path: Path | None = None
     budget_usd: float | None = None
     # For provider metrics that embed text (Ragas's AnswerRelevancy), at the same endpoint.
-    embedding_model: str = "text-embedding-3-small"
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
 
     @property
     def configured(self) -> bool:
@@ -116,10 +282,42 @@ class PriceSettings:
     refresh: bool = True
     url: str = DEFAULT_PRICES_URL
     ttl_seconds: float = 86400.0
+    #: another table than the committed copy (MODEL_PRICES_PATH), never refreshed
+    path: Path | None = None
 
 
-def _path(value: str | None) -> Path | None:
-    return Path(value).expanduser().resolve() if value else None
+@dataclass(frozen=True)
+class GraphSettings:
+    """Where the knowledge graph is: the embedded FalkorDB under `mce_home`, or Neo4j
+    when `neo4j_uri` is set. The same attribute names as `Settings`."""
+
+    def __post_init__(self) -> None:
+        if self.mce_home is None and not self.neo4j_uri:
+            raise ValueError("the embedded graph needs its folder (mce_home)")
+
+    mce_home: Path | None = None
+    graph_name: str = "mce"
+    neo4j_uri: str | None = field(default=None, repr=False)
+    neo4j_user: str = "neo4j"
+    neo4j_password: str = field(default="", repr=False)
+    neo4j_database: str | None = None
+    neo4j_retry_seconds: float = 30.0
+
+    @property
+    def graph_backend(self) -> str:
+        return "neo4j" if self.neo4j_uri else "embedded"
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The session queue and how a sensor tick takes from it. The same attribute
+    names as `Settings`."""
+
+    rabbitmq_url: str = field(default="amqp://guest:guest@127.0.0.1:5672/%2F", repr=False)
+    session_queue: str = DEFAULT_QUEUE
+    sensor_batch: int = 500
+    sensor_tick_seconds: float = 20.0
+    announce_wait_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -129,7 +327,7 @@ class Settings:
     graph_name: str = "mce"
     config_path: Path | None = None
     prices_path: Path | None = None
-    neo4j_uri: str | None = None
+    neo4j_uri: str | None = field(default=None, repr=False)
     neo4j_user: str = "neo4j"
     neo4j_password: str = field(default="", repr=False)
     neo4j_database: str | None = None
@@ -138,7 +336,7 @@ class Settings:
     graph_retry_wait_seconds: float = 10.0
     #: the broker of the session queue, as an AMQP URL (it holds the password)
     rabbitmq_url: str = field(default="amqp://guest:guest@127.0.0.1:5672/%2F", repr=False)
-    session_queue: str = "new_session_to_mce"
+    session_queue: str = DEFAULT_QUEUE
     sensor_batch: int = 500
     sensor_tick_seconds: float = 20.0
     sensor_interval: int = 10
@@ -151,87 +349,99 @@ class Settings:
     query_results_kept: int = 200
     judge: JudgeSettings = JudgeSettings()
     prices: PriceSettings = PriceSettings()
-    #: the variables of `VARIABLES` that were set, so defaults can be told from choices
+    #: the variables (of `READ_VARIABLES`) that were set, so defaults can be told from choices
     explicit: frozenset[str] = frozenset()
 
     @property
     def graph_backend(self) -> str:
-        return "neo4j" if self.neo4j_uri else "embedded"
+        return self.graph.graph_backend
+
+    @property
+    def graph(self) -> GraphSettings:
+        return GraphSettings(
+            self.mce_home, self.graph_name, self.neo4j_uri, self.neo4j_user, self.neo4j_password,
+            self.neo4j_database, self.neo4j_retry_seconds,
+        )
+
+    @property
+    def queue(self) -> QueueSettings:
+        return QueueSettings(
+            self.rabbitmq_url, self.session_queue, self.sensor_batch, self.sensor_tick_seconds, self.announce_wait_seconds
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        env = os.environ if env is None else env
-        home = _path(env.get("MCE_HOME")) or Path(".mce").resolve()
+        """The settings of the process's environment (or of `env`); a
+        `ConfigurationError` names a variable that is wrong."""
+        e = read_environment(env)
+        home = e.MCE_HOME or Path(".mce").resolve()
+        given = os.environ if env is None else env
+        samples = e.MCE_JUDGE_SAMPLES
         return cls(
             mce_home=home,
-            dagster_home=_path(env.get("DAGSTER_HOME")) or home / "dagster",
-            graph_name=env.get("MCE_GRAPH_NAME") or "mce",
-            config_path=_path(env.get("MCE_CONFIG")),
-            prices_path=_path(env.get("MODEL_PRICES_PATH")),
-            neo4j_uri=_neo4j_uri(env),
-            neo4j_user=env.get("NEO4J_USERNAME") or env.get("KG_DB_USER") or "neo4j",
-            neo4j_password=env.get("NEO4J_PASSWORD") or env.get("KG_DB_PASSWORD") or "",
-            neo4j_database=env.get("NEO4J_DATABASE") or env.get("KG_DB_NAME") or None,
-            neo4j_retry_seconds=_bounded(env, "NEO4J_RETRY_SECONDS", 30.0, float, 0.0),
-            graph_retries=_bounded(env, "MCE_GRAPH_RETRIES", 3, int, 0),
-            graph_retry_wait_seconds=_bounded(env, "MCE_GRAPH_RETRY_WAIT_SECONDS", 10.0, float, 0.0),
-            rabbitmq_url=_rabbitmq_url(env),
-            session_queue=env.get("MCE_SESSION_QUEUE") or "new_session_to_mce",
-            sensor_batch=_bounded(env, "MCE_SENSOR_BATCH", 500, int, 1),
-            sensor_tick_seconds=_bounded(env, "MCE_SENSOR_TICK_SECONDS", 20.0, float, 1.0),
-            sensor_interval=_bounded(env, "MCE_SENSOR_INTERVAL", 10, int, 1),
-            announce_wait_seconds=_bounded(env, "MCE_ANNOUNCE_WAIT_SECONDS", 600.0, float, 0.0),
-            api_token=env.get("MCE_API_TOKEN") or None,
-            allowed_hosts=tuple(h.strip().lower() for h in (env.get("MCE_ALLOWED_HOSTS") or "").split(",") if h.strip()),
-            max_request_bytes=_bounded(env, "MCE_MAX_REQUEST_BYTES", 1_048_576, int, 1024),
-            query_results_kept=_bounded(env, "MCE_QUERY_RESULTS_KEPT", 200, int, 1),
-            judge=_judge(env, home),
-            prices=PriceSettings(
-                refresh=_flag(env.get("MODEL_PRICES_REFRESH"), True),
-                url=env.get("MODEL_PRICES_URL") or DEFAULT_PRICES_URL,
-                ttl_seconds=float(_number(env, "MODEL_PRICES_TTL_SECONDS", 86400.0)),
+            dagster_home=e.DAGSTER_HOME or home / "dagster",
+            graph_name=e.MCE_GRAPH_NAME,
+            config_path=e.MCE_CONFIG,
+            prices_path=e.MODEL_PRICES_PATH,
+            neo4j_uri=_neo4j_uri(e),
+            neo4j_user=e.NEO4J_USERNAME,
+            neo4j_password=e.NEO4J_PASSWORD.get_secret_value(),
+            neo4j_database=e.NEO4J_DATABASE,
+            neo4j_retry_seconds=e.NEO4J_RETRY_SECONDS,
+            graph_retries=e.MCE_GRAPH_RETRIES,
+            graph_retry_wait_seconds=e.MCE_GRAPH_RETRY_WAIT_SECONDS,
+            rabbitmq_url=e.RABBITMQ_URL or rabbitmq_url(
+                e.RABBITMQ_USER, e.RABBITMQ_PASSWORD.get_secret_value(), e.RABBITMQ_HOST, e.RABBITMQ_PORT, e.RABBITMQ_VHOST
             ),
-            explicit=frozenset(name for name, _, _ in VARIABLES if env.get(name)),
+            session_queue=e.MCE_SESSION_QUEUE,
+            sensor_batch=e.MCE_SENSOR_BATCH,
+            sensor_tick_seconds=e.MCE_SENSOR_TICK_SECONDS,
+            sensor_interval=e.MCE_SENSOR_INTERVAL,
+            announce_wait_seconds=e.MCE_ANNOUNCE_WAIT_SECONDS,
+            api_token=e.MCE_API_TOKEN.get_secret_value() if e.MCE_API_TOKEN else None,
+            allowed_hosts=e.MCE_ALLOWED_HOSTS,
+            max_request_bytes=e.MCE_MAX_REQUEST_BYTES,
+            query_results_kept=e.MCE_QUERY_RESULTS_KEPT,
+            judge=JudgeSettings(
+                model=e.LLM_MODEL_NAME or None,
+                api_key=e.OPENAI_API_KEY.get_secret_value() if e.OPENAI_API_KEY else None,
+                base_url=e.LLM_BASE_MODEL_URL_MCE or None,
+                logprobs=e.MCE_JUDGE_LOGPROBS,
+                samples=samples,
+                temperature=e.MCE_JUDGE_TEMPERATURE if e.MCE_JUDGE_TEMPERATURE is not None else (0.0 if samples == 1 else 0.7),
+                concurrency=e.MCE_JUDGE_CONCURRENCY,
+                timeout=e.MCE_JUDGE_TIMEOUT,
+                retries=e.MCE_JUDGE_RETRIES,
+                max_tokens=e.MCE_JUDGE_MAX_TOKENS,
+                cache=e.MCE_JUDGE_CACHE,
+                cache_path=e.MCE_JUDGE_CACHE_PATH or home / "judge-cache.sqlite",
+                budget_usd=e.MCE_JUDGE_BUDGET_USD,
+                embedding_model=e.MCE_JUDGE_EMBEDDING_MODEL or DEFAULT_EMBEDDING_MODEL,
+            ),
+            prices=PriceSettings(
+                refresh=e.MODEL_PRICES_REFRESH,
+                url=e.MODEL_PRICES_URL,
+                ttl_seconds=e.MODEL_PRICES_TTL_SECONDS,
+                path=e.MODEL_PRICES_PATH,
+            ),
+            explicit=frozenset(name for name in READ_VARIABLES if given.get(name)),
         )
 
 
-def _judge(env: Mapping[str, str], home: Path) -> JudgeSettings:
-    from .errors import ConfigurationError
-
-    samples = int(_number(env, "MCE_JUDGE_SAMPLES", 1, int))
-    if samples < 1:
-        raise ConfigurationError(f"MCE_JUDGE_SAMPLES={samples} must be 1 or more")
-    cache = (env.get("MCE_JUDGE_CACHE") or "off").strip().lower()
-    if cache not in JUDGE_CACHE_MODES:
-        raise ConfigurationError(f"MCE_JUDGE_CACHE={cache!r} is not one of {', '.join(JUDGE_CACHE_MODES)}")
-    concurrency = int(_number(env, "MCE_JUDGE_CONCURRENCY", 8, int))
-    if concurrency < 1:
-        raise ConfigurationError(f"MCE_JUDGE_CONCURRENCY={concurrency} must be 1 or more")
-    return JudgeSettings(
-        model=(env.get("LLM_MODEL_NAME") or "").strip() or None,
-        api_key=env.get("OPENAI_API_KEY") or None,
-        base_url=(env.get("LLM_BASE_MODEL_URL_MCE") or "").strip() or None,
-        logprobs=_flag(env.get("MCE_JUDGE_LOGPROBS"), True),
-        samples=samples,
-        temperature=float(_number(env, "MCE_JUDGE_TEMPERATURE", 0.0 if samples == 1 else 0.7)),
-        concurrency=concurrency,
-        timeout=float(_number(env, "MCE_JUDGE_TIMEOUT", 60.0)),
-        retries=int(_number(env, "MCE_JUDGE_RETRIES", 4, int)),
-        max_tokens=int(_number(env, "MCE_JUDGE_MAX_TOKENS", 512, int)),
-        cache=cache,
-        cache_path=_path(env.get("MCE_JUDGE_CACHE_PATH")) or home / "judge-cache.sqlite",
-        budget_usd=_number(env, "MCE_JUDGE_BUDGET_USD", None),
-        embedding_model=(env.get("MCE_JUDGE_EMBEDDING_MODEL") or "").strip() or "text-embedding-3-small",
-    )
-
-
-def _neo4j_uri(env: Mapping[str, str]) -> str | None:
-    if env.get("NEO4J_URI"):
-        return env["NEO4J_URI"]
-    host = env.get("KG_DB_HOST")
+def _neo4j_uri(e: Environment) -> str | None:
+    if e.NEO4J_URI:
+        return e.NEO4J_URI
+    host = e.KG_DB_HOST
     if not host:
         return None
-    return host if "://" in host else f"bolt://{host}:{env.get('KG_DB_PORT') or 7687}"
+    return host if "://" in host else f"bolt://{host}:{e.KG_DB_PORT or 7687}"
+
+
+def rabbitmq_url(user: str, password: str, host: str, port: str | int, vhost: str) -> str:
+    """The AMQP URL of a broker given by its parts (each quoted as a URL needs)."""
+    from urllib.parse import quote
+
+    return f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{quote(vhost, safe='')}"
 
 
 # -- secrets: never in a message, a log line or a file ----------------------------------
@@ -305,35 +515,6 @@ def prepare_litellm_environment() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
-def _rabbitmq_url(env: Mapping[str, str]) -> str:
-    if env.get("RABBITMQ_URL"):
-        return env["RABBITMQ_URL"]
-    from urllib.parse import quote
-
-    user = quote(env.get("RABBITMQ_USER") or "guest", safe="")
-    password = quote(env.get("RABBITMQ_PASSWORD") or "guest", safe="")
-    host = env.get("RABBITMQ_HOST") or "127.0.0.1"
-    vhost = quote(env.get("RABBITMQ_VHOST") or "/", safe="")
-    return f"amqp://{user}:{password}@{host}:{env.get('RABBITMQ_PORT') or 5672}/{vhost}"
-
-
-def _bounded(env: Mapping[str, str], name: str, default, kind, minimum):
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        from .errors import ConfigurationError
-
-        raise ConfigurationError(f"{name}={raw!r} is not a number") from None
-    if value < minimum:
-        from .errors import ConfigurationError
-
-        raise ConfigurationError(f"{name}={raw!r} is below its minimum {minimum}")
-    return value
-
-
 # -- env files (`mce --env-file PATH`) -------------------------------------------------
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -346,38 +527,49 @@ _SHOWN_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}(?=[ \t:])")
 
 
 def parse_env_file(text: str, source: str = "env file") -> dict[str, str]:
-    """`NAME=value` lines -> {NAME: value}. Blank lines and `#` comments are skipped,
-    a leading `export ` is allowed, and a value in matching single or double quotes
-    is taken as it is inside them. Any other line is an error that names its number
-    and the variable it starts with, never the value (it may be a password)."""
-    values: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):].lstrip()
-        name, sep, value = line.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not _ENV_NAME.match(name):
-            from .errors import ConfigurationError
+    """`NAME=value` lines -> {NAME: value}, as python-dotenv reads them: blank lines
+    and `#` comments skipped, a leading `export ` allowed, a value in quotes taken
+    from inside them. Any other line is an error that names its number and the
+    variable it starts with, never the value (it may be a password)."""
+    from dotenv.parser import parse_stream
 
-            shown = _SHOWN_NAME.match(line)
-            found = "no '='" if not sep else "something other than a variable name before the '='"
-            raise ConfigurationError(
-                f"{source}:{number}{f' ({shown.group()})' if shown else ''}: expected NAME=value, found {found}"
-                " (the line is not shown: it may hold a secret)"
-            )
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[name] = value
+    values: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.key is None and not binding.error:
+            continue  # blank lines and comments
+        if binding.error or binding.value is None or not _ENV_NAME.match(binding.key or ""):
+            raise _malformed(binding.original.string, binding.original.line, source)
+        values[binding.key] = binding.value
     return values
+
+
+def _malformed(statement: str, line: int, source: str) -> Exception:
+    from .errors import ConfigurationError
+
+    # python-dotenv counts a statement from the blank lines before it.
+    body = statement.lstrip()
+    number = line + statement[: len(statement) - len(body)].count("\n")
+    first = body.splitlines()[0].strip() if body else ""
+    first = first[len("export "):].lstrip() if first.startswith("export ") else first
+    name, sep, _ = first.partition("=")
+    shown = _SHOWN_NAME.match(first)
+    if not sep:
+        found = "no '='"
+    elif not _ENV_NAME.match(name.strip()):
+        found = "something other than a variable name before the '='"
+    else:
+        found = "a value python-dotenv cannot read (a quote left open?)"
+    return ConfigurationError(
+        f"{source}:{number}{f' ({shown.group()})' if shown else ''}: expected NAME=value, found {found}"
+        " (the line is not shown: it may hold a secret)"
+    )
 
 
 def load_env_file(path: Path | str) -> dict[str, str]:
     """Set the variables of an env file in this process's environment, over any
-    already set (the file is what the command line asked for). Call it before
-    anything reads the settings. Returns what was set."""
+    already set (the file is what the command line asked for), so the processes this
+    one starts see them too. Call it before anything reads the settings. Returns what
+    was set."""
     from .errors import ConfigurationError
 
     path = Path(path)

@@ -433,7 +433,10 @@ def test_calls_outside_an_evaluation_are_not_touched(server):
 
 
 def test_topics_and_expected_tools_are_read_from_mce_config(tmp_path, monkeypatch):
+    from mce_dagster.catalog import load_catalog
+    from mce_dagster.config import load_config
     from mce_dagster.defs.judging import provider_options
+    from mce_dagster.settings import Settings
 
     path = tmp_path / "mce_config.yaml"
     path.write_text(
@@ -441,7 +444,8 @@ def test_topics_and_expected_tools_are_read_from_mce_config(tmp_path, monkeypatc
         "  expected_tools:\n    default: ['search {\"query\": \"x\"}']\n"
     )
     monkeypatch.setenv("MCE_CONFIG", str(path))
-    options = provider_options()
+    # As the definitions read them: the file of MCE_CONFIG, its `providers:` section.
+    options = provider_options(load_config(load_catalog(), Settings.from_env().config_path).providers)
     assert options.topics == {"travel-planner": ("flights", "hotels")}
     assert session_cases.expected_call(options.expected_tools["default"][0]) == ("search", {"query": "x"})
 

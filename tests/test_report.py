@@ -149,14 +149,13 @@ def test_mce_report_writes_the_file_under_mce_home(graph, mce_home):
 def test_the_asset_materializes_with_its_pictures(graph, mce_home):
     from mce_dagster.definitions import build_definitions, runtime
     from mce_dagster.defs.report import EVALUATION_REPORT_KEY, REPORT_GROUP, evaluation_report
-    from mce_dagster.defs.resources import knowledge_graph_resource
 
     defs = build_definitions(*runtime())
     node = defs.resolve_asset_graph().get(EVALUATION_REPORT_KEY)
     assert node.group_name == REPORT_GROUP and not node.partitions_def and not node.parent_keys
     result = dg.materialize(
         [evaluation_report],
-        resources={"knowledge_graph": knowledge_graph_resource()},
+        resources={k: defs.resources[k] for k in ("knowledge_graph", "local_files")},
         instance=dg.DagsterInstance.ephemeral(),
     )
     assert result.success

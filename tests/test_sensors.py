@@ -98,6 +98,7 @@ class Daemon:
 
         self.defs = defs
         self.instance = instance
+        self.name = sensor
         self.sensor = defs.get_sensor_def(sensor)
         self.cursor: str | None = None
         self.requested: list[str] = []  # every session a stored request covered, in order
@@ -105,6 +106,11 @@ class Daemon:
         self.durations: list[float] = []
 
     def evaluate(self) -> dg.SensorResult:
+        # The definitions of the settings of this moment (a test changes a variable
+        # between ticks), as the daemon has them after a reload of the code location.
+        from mce_dagster.definitions import defs
+
+        self.defs, self.sensor = defs, defs.get_sensor_def(self.name)
         context = dg.build_sensor_context(
             instance=self.instance,
             cursor=self.cursor,

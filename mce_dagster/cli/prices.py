@@ -21,8 +21,9 @@ def update(
 ) -> None:
     """Rewrite the committed, trimmed copy inside the package."""
     from ..prices import COMMITTED_PATH, update_committed
+    from ..settings import Settings
 
-    count = update_committed(url=url, source=source)
+    count = update_committed(url=url or (None if source else Settings.from_env().prices.url), source=source)
     if as_json:
         print(json.dumps({"models": count, "path": str(COMMITTED_PATH)}))
         return
@@ -32,20 +33,22 @@ def update(
 @prices_app.command("show")
 def show(model: str, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Show the USD per token a model is priced at, and the entry that priced it."""
-    from ..prices import load_price_table, price_source
+    from ..prices import price_source
+    from ..settings import Settings
 
-    price = load_price_table().price(model)
+    table = price_source(Settings.from_env().prices)
+    price = table.current().price(model)
     if as_json:
         print(json.dumps({
             "model": model,
             "input_per_token": price.input_per_token,
             "output_per_token": price.output_per_token,
             "priced_as": price.priced_as,
-            "table": str(price_source().source),
+            "table": str(table.source),
         }, indent=1))
         return
     note = f" (not in the table: priced as {price.priced_as})" if price.priced_as else ""
     out.print(
         f"{model}: input ${price.input_per_token:.3e}/token, output ${price.output_per_token:.3e}/token"
-        f"{note}; table from {price_source().source}"
+        f"{note}; table from {table.source}"
     )

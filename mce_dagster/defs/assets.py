@@ -6,15 +6,14 @@ The asset graph is the metric dependency graph: every metric asset reads
 
 
 import json
-from collections.abc import Callable
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import dagster as dg
 
 from ..catalog import CatalogMetric
 from ..core.context import SessionContext
 from ..core.evaluate import evaluate_metric
-from ..core.metric import DependencyKey, PriceLookup
+from ..core.metric import DependencyKey
 from ..core.models import MetricNode
 from ..core.ontology import Label
 from ..core.summary import summarize_values
@@ -23,8 +22,10 @@ from .checks import coverage_result, markdown_table, metric_check_specs, placed_
 from .io_managers import METRIC_METADATA_KEY, stored_in_run
 from .partitions import sessions_partitions
 from .judging import judge_batch, provider_batch
-from .resources import KnowledgeGraphResource
-from .retries import retried_while_graph_unavailable
+from .resources import JUDGE, KNOWLEDGE_GRAPH, LOCAL_FILES, PRICES, KnowledgeGraphResource
+
+if TYPE_CHECKING:
+    from ..providers import ProviderOptions
 
 SESSION_CONTEXT_KEY = dg.AssetKey(["session_context"])
 METRIC_IO_MANAGER = "metric_io_manager"
@@ -56,7 +57,7 @@ def session_context(context: dg.AssetExecutionContext, knowledge_graph: Knowledg
     """Each session's execution subgraph, read from the knowledge graph in one round
     trip per batch. Every metric reads it."""
     keys = list(context.partition_keys)
-    with retried_while_graph_unavailable(context):
+    with knowledge_graph.retrying(context):
         contexts = knowledge_graph.open().read_contexts(keys)
     absent = [k for k in keys if k not in contexts]
     if absent:
@@ -106,7 +107,16 @@ def _summary(values: dict[str, dict]) -> dict[str, float]:
     return out
 
 
-def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup]) -> dg.AssetsDefinition:
+def _no_options() -> "ProviderOptions":
+    from ..providers import ProviderOptions
+
+    return ProviderOptions()
+
+
+def build_metric_asset(metric: CatalogMetric, provider_options: "ProviderOptions | None" = None) -> dg.AssetsDefinition:
+    """The metric's asset: priced by the `prices` resource; a judged one judged by
+    the `judge` resource, a provider's library metric given `provider_options`
+    (`mce_config.yaml`'s `providers:`)."""
     d = metric.definition
     ins = {"session_context": dg.AssetIn(key=SESSION_CONTEXT_KEY)}
     arg_to_dep: dict[str, DependencyKey] = {}
@@ -151,28 +161,31 @@ def build_metric_asset(metric: CatalogMetric, prices: Callable[[], PriceLookup])
         # Judged metrics take a slot of the `judge` pool: the instance's limit on it
         # bounds judge load across runs.
         pool=JUDGE_POOL if judged else None,
-        required_resource_keys={"knowledge_graph"} if judged or library else None,
+        required_resource_keys={PRICES, *((KNOWLEDGE_GRAPH, JUDGE) if judged or library else ()), *((LOCAL_FILES,) if library else ())},
         config_schema=JudgeRunConfig.to_config_schema() if judged else None,
     )
     def compute(context: dg.AssetExecutionContext, session_context: dict[str, SessionContext], **dependencies):
         deps = {arg_to_dep[name]: results for name, results in dependencies.items()}
         judge_metadata: dict[str, object] = {}
+        resources = context.resources
+        prices = resources.prices.table()
         if library:
             config = context.op_execution_context.op_config or {}
-            with retried_while_graph_unavailable(context):
+            with resources.knowledge_graph.retrying(context):
                 batch, judge_metadata = provider_batch(
-                    metric, session_context, deps, prices(), context.resources.knowledge_graph, context.run.run_id,
+                    metric, session_context, deps, prices, resources.knowledge_graph, resources.judge.settings(),
+                    provider_options or _no_options(), resources.local_files.library_files(), context.run.run_id,
                     config.get("budget_usd"), context.log,
                 )
         elif judged:
             config = context.op_execution_context.op_config or {}
-            with retried_while_graph_unavailable(context):
+            with resources.knowledge_graph.retrying(context):
                 batch, judge_metadata = judge_batch(
-                    metric, session_context, deps, prices(), context.resources.knowledge_graph, context.run.run_id,
-                    config.get("budget_usd"), context.log,
+                    metric, session_context, deps, prices, resources.knowledge_graph, resources.judge.settings(),
+                    context.run.run_id, config.get("budget_usd"), context.log,
                 )
         else:
-            batch = evaluate_metric(metric, session_context, deps, prices())
+            batch = evaluate_metric(metric, session_context, deps, prices)
         if batch.failures:
             first = batch.failures[0]
             # A failed metric is an error, never a stored value: the others still land.

@@ -21,7 +21,6 @@ from ..core.models import MetricNode, MetricResultNode, result_id
 from ..core.ontology import Scope
 from ..errors import UnknownSessionError
 from .resources import KnowledgeGraphResource
-from .retries import retried_while_graph_unavailable
 
 METRIC_METADATA_KEY = "mce/metric"
 
@@ -79,7 +78,7 @@ class SessionContextIOManager(dg.ConfigurableIOManager):
         found = {k: cached[k] for k in keys if k in cached}
         missing = [k for k in keys if k not in found]
         if missing:
-            with retried_while_graph_unavailable(context):
+            with self.knowledge_graph.retrying(context):
                 found.update(self.knowledge_graph.open().read_contexts(missing))
         absent = [k for k in keys if k not in found]
         if absent:
@@ -176,7 +175,7 @@ class MetricResultIOManager(dg.ConfigurableIOManager):
         for reason in rejected:
             context.log.error(f"result not written: {reason}")
         metric_node = MetricNode.model_validate(metric["node"])
-        with retried_while_graph_unavailable(context):
+        with self.knowledge_graph.retrying(context):
             missing = self.knowledge_graph.open().write_results(metric_node, Scope(metric["scope"]), nodes)
         for entity_id in missing:
             context.log.error(f"result not written: {metric['asset']}: entity {entity_id} is not in the graph")
@@ -193,7 +192,7 @@ class MetricResultIOManager(dg.ConfigurableIOManager):
             return {k: cached[k] for k in keys}
         metric = context.upstream_output.definition_metadata[METRIC_METADATA_KEY]
         metric = metric.value if hasattr(metric, "value") else metric
-        with retried_while_graph_unavailable(context):
+        with self.knowledge_graph.retrying(context):
             rows = self.knowledge_graph.open().read_results(
                 keys, name=metric["name"], provider=metric["provider"], scope=Scope(metric["scope"]), version=metric["version"]
             )

@@ -1,5 +1,6 @@
 """A judged metric's asset body: read the text its judge needs, make the calls
-concurrently (within the run's budget), then score them in the core.
+concurrently (within the run's budget), then score them in the core. The judge is
+the `judge` resource's settings, handed in by the asset.
 
 With no judge model configured, no call is made and every entity fails with the
 reason (`mce compute` skips judged metrics unless they are asked for by name)."""
@@ -10,13 +11,18 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..core.context import SessionContext
 from ..core.evaluate import EntityFailure, MetricBatch, evaluate_metric
 from ..core.metric import PriceLookup
 from ..core.metrics.judged import NO_JUDGE
-from ..settings import Settings
+from ..settings import JudgeSettings
+
+if TYPE_CHECKING:
+    from ..config import ProviderSection
+    from ..providers import ProviderOptions
 
 # run id -> that run's budget: shared by every judged asset of the run.
 _BUDGETS: "OrderedDict[str, Any]" = OrderedDict()
@@ -64,11 +70,11 @@ def judge_batch(
     deps,
     prices: PriceLookup,
     knowledge_graph,
+    settings: JudgeSettings,
     run_id: str,
     budget_usd: float | None,
     log,
 ) -> tuple[MetricBatch, dict[str, object]]:
-    settings = Settings.from_env().judge
     if not settings.configured:
         log.warning(f"{metric.key}: {NO_JUDGE}")
         return every_entity_failed(metric, contexts, NO_JUDGE), {"judge": "not configured"}
@@ -87,12 +93,10 @@ def judge_batch(
     return batch, metadata
 
 
-def provider_options():
+def provider_options(section: "ProviderSection") -> "ProviderOptions":
     """The providers' options from `mce_config.yaml` (`providers:`)."""
-    from ..config import config_path, read_config_file
     from ..providers import ProviderOptions
 
-    section = read_config_file(config_path()).providers
     return ProviderOptions(
         topics={app: tuple(v) for app, v in section.topics.items()},
         expected_tools={app: tuple(v) for app, v in section.expected_tools.items()},
@@ -105,14 +109,17 @@ def provider_batch(
     deps,
     prices: PriceLookup,
     knowledge_graph,
+    settings: JudgeSettings,
+    options: "ProviderOptions",
+    files: Path,
     run_id: str,
     budget_usd: float | None,
     log,
 ) -> tuple[MetricBatch, dict[str, object]]:
     """A provider's metric (DeepEval, Ragas, Opik): its library runs on every
-    entity's case, its calls through the judge's rules (`providers.gateway`)."""
+    entity's case (its own files under `files`), its calls through the judge's rules
+    (`providers.gateway`)."""
     library_metric = metric.compute
-    settings = Settings.from_env().judge
     if not library_metric.library.available:
         reason = library_metric.library.missing
         log.error(f"{metric.key}: {reason}")
@@ -129,7 +136,7 @@ def provider_batch(
         ceiling = budget_usd if budget_usd is not None else settings.budget_usd
         gateway = Gateway(settings, prices, run_budget(run_id, ceiling))
     started = time.perf_counter()
-    outcomes = library_metric.run_batch(metric.scope, contexts, gateway, provider_options(), settings.concurrency)
+    outcomes = library_metric.run_batch(metric.scope, contexts, gateway, options, settings.concurrency, files)
     if gateway is not None:
         gateway.stats.seconds += time.perf_counter() - started
     batch = evaluate_metric(metric, contexts, deps, prices, judgments=outcomes)

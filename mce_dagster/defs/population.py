@@ -34,7 +34,6 @@ from ..core.models import MetricResultNode, result_id
 from ..core.ontology import Scope
 from ..graph import KnowledgeGraph
 from .assets import SESSION_CONTEXT_KEY, asset_key, metric_node
-from .retries import retried_while_graph_unavailable
 
 # Subgraphs read per round trip while counting new sessions.
 READ_CHUNK = 500
@@ -151,7 +150,7 @@ def build_population_asset(metric: CatalogMetric) -> dg.AssetsDefinition:
     )
     def compute(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         now = time.time()
-        with retried_while_graph_unavailable(context):
+        with context.resources.knowledge_graph.retrying(context):
             kg = context.resources.knowledge_graph.open()
             saved = kg.read_population_states(name=d.name, provider=d.provider, version=d.version)
             run = update_populations(kg, saved, kg.session_digests())

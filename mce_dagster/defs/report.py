@@ -8,11 +8,9 @@ new session's evaluation mark the report stale and pull every metric into a
 
 import dagster as dg
 
-from ..report.build import REPORT_PATH, collect, draw, write_html
+from ..report.build import collect, draw, write_html
 from ..report.html import data_uri, fmt
-from ..settings import Settings
-from .resources import KnowledgeGraphResource
-from .retries import retried_while_graph_unavailable
+from .resources import KnowledgeGraphResource, LocalFilesResource
 
 EVALUATION_REPORT_KEY = dg.AssetKey(["evaluation_report"])
 REPORT_GROUP = "reports"
@@ -24,17 +22,19 @@ def _images(pairs) -> dg.MetadataValue:
 
 
 @dg.asset(key=EVALUATION_REPORT_KEY, group_name=REPORT_GROUP, code_version="1", kinds={"html"})
-def evaluation_report(context: dg.AssetExecutionContext, knowledge_graph: KnowledgeGraphResource) -> dg.MaterializeResult:
+def evaluation_report(
+    context: dg.AssetExecutionContext, knowledge_graph: KnowledgeGraphResource, local_files: LocalFilesResource
+) -> dg.MaterializeResult:
     """The distribution of each metric over the evaluated sessions, and roll-ups per
     app and per agent (ratios as sum of numerators over sum of denominators, as the
     registry query answers them), as pictures here and as one standalone HTML file
     under $MCE_HOME/reports/."""
     from ..catalog import load_catalog
 
-    with retried_while_graph_unavailable(context):
+    with knowledge_graph.retrying(context):
         report = collect(knowledge_graph.open(), load_catalog())
     pictures = draw(report)
-    path = write_html(report, pictures, Settings.from_env().mce_home / REPORT_PATH)
+    path = write_html(report, pictures, local_files.report_path())
     metadata: dict[str, dg.RawMetadataValue] = {
         "sessions": report.sessions,
         "results": report.results,

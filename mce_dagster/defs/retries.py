@@ -1,7 +1,7 @@
 """A run step that finds the graph unavailable waits and runs again, a few times
-(MCE_GRAPH_RETRIES, MCE_GRAPH_RETRY_WAIT_SECONDS), then fails with the reason as
-its message; the run then fails and the daemon's run retries (dagster.yaml) launch
-it again from that step.
+(the graph resource's `retries` and `retry_wait_seconds`: MCE_GRAPH_RETRIES,
+MCE_GRAPH_RETRY_WAIT_SECONDS), then fails with the reason as its message; the run
+then fails and the daemon's run retries (dagster.yaml) launch it again from that step.
 
 A step's graph writes are one transaction per asset and batch, so a step that
 failed left nothing of its batch behind, and a retried step writes it whole. Only
@@ -17,7 +17,6 @@ from typing import Any
 import dagster as dg
 
 from ..errors import GraphUnavailableError
-from ..settings import Settings
 
 
 def attempt_of(context: Any) -> int:
@@ -31,12 +30,11 @@ def attempt_of(context: Any) -> int:
 
 
 @contextmanager
-def retried_while_graph_unavailable(context: Any) -> Iterator[None]:
+def retried_while_graph_unavailable(context: Any, retries: int, wait_seconds: float) -> Iterator[None]:
     try:
         yield
     except GraphUnavailableError as exc:
-        settings = Settings.from_env()
-        if attempt_of(context) < settings.graph_retries:
-            raise dg.RetryRequested(max_retries=settings.graph_retries, seconds_to_wait=settings.graph_retry_wait_seconds) from exc
+        if attempt_of(context) < retries:
+            raise dg.RetryRequested(max_retries=retries, seconds_to_wait=wait_seconds) from exc
         # The step's failure message is the reason itself, not "Exceeded max_retries".
         raise dg.Failure(description=str(exc), allow_retries=False) from exc

@@ -47,10 +47,10 @@ from dagster._core.execution.backfill import BulkActionStatus, BulkActionsFilter
 from .. import queue as q
 from ..errors import AmbiguousSessionError, InputError
 from ..graph import KnowledgeGraph, describe_orphans
-from ..settings import Settings
+from ..settings import QueueSettings, Settings
 from .assets import SESSION_CONTEXT_KEY
 from .partitions import SESSIONS, sessions_partitions
-from .resources import KnowledgeGraphResource
+from .resources import KnowledgeGraphResource, SessionQueueResource
 
 log = logging.getLogger(__name__)
 
@@ -60,33 +60,6 @@ SENSOR_TAG = "mce/sensor"
 #: a pending session is forgotten after this long even if Dagster never showed it
 PENDING_TTL_SECONDS = 24 * 3600.0
 _LIVE_BACKFILLS = [BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING]
-
-
-class SessionQueueResource(dg.ConfigurableResource):
-    """The RabbitMQ queue new sessions are announced on. Empty fields mean "from the
-    settings" (RABBITMQ_URL or RABBITMQ_HOST/PORT/USER/PASSWORD/VHOST, MCE_SESSION_QUEUE)."""
-
-    url: str = ""
-    queue: str = ""
-
-    def settings(self) -> Settings:
-        settings = Settings.from_env()
-        return dataclasses.replace(
-            settings,
-            rabbitmq_url=self.url or settings.rabbitmq_url,
-            session_queue=self.queue or settings.session_queue,
-        )
-
-
-def session_queue_resource() -> SessionQueueResource:
-    """The URL is passed as `dg.EnvVar` when set, so the UI never shows the password."""
-    settings = Settings.from_env()
-    fields: dict[str, Any] = {}
-    if "RABBITMQ_URL" in settings.explicit:
-        fields["url"] = dg.EnvVar("RABBITMQ_URL")
-    if "MCE_SESSION_QUEUE" in settings.explicit:
-        fields["queue"] = dg.EnvVar("MCE_SESSION_QUEUE")
-    return SessionQueueResource(**fields)
 
 
 # -- what Dagster already knows of a session ------------------------------------------
@@ -175,7 +148,7 @@ class QueueTick:
         )
 
 
-def _dead_letter(ch, settings: Settings, message: _Message, reason: str) -> None:
+def _dead_letter(ch, settings: QueueSettings, message: _Message, reason: str) -> None:
     headers = dict(message.headers)
     headers.update({q.REASON: reason, q.SOURCE: settings.session_queue})
     headers.setdefault(q.FIRST_SEEN, q.stamp(q.now()))
@@ -186,7 +159,7 @@ def _dead_letter(ch, settings: Settings, message: _Message, reason: str) -> None
 def queue_tick(
     instance: dg.DagsterInstance,
     graph: KnowledgeGraph,
-    settings: Settings,
+    settings: QueueSettings | Settings,
     cursor: QueueCursor,
     *,
     asset_keys: Sequence[dg.AssetKey],
@@ -406,9 +379,9 @@ def poll_tick(
 # -- the definitions -----------------------------------------------------------------
 
 
-def build_sensors(asset_keys: Sequence[dg.AssetKey], settings: Settings | None = None) -> list[dg.SensorDefinition]:
-    """Both sensors over the assets the evaluation job materializes."""
-    settings = settings or Settings.from_env()
+def build_sensors(asset_keys: Sequence[dg.AssetKey], settings: Settings) -> list[dg.SensorDefinition]:
+    """Both sensors over the assets the evaluation job materializes, ticking at the
+    settings' interval; the poll sensor takes the settings' batch."""
     keys = list(asset_keys)
     selection = dg.AssetSelection.assets(*keys)
 
@@ -441,7 +414,7 @@ def build_sensors(asset_keys: Sequence[dg.AssetKey], settings: Settings | None =
     )
     def session_poll_sensor(context: dg.SensorEvaluationContext, knowledge_graph: KnowledgeGraphResource) -> dg.SensorResult:
         requested, result, note = poll_tick(
-            context.instance, knowledge_graph.open(), Settings.from_env(), PollCursor.load(context.cursor), asset_keys=keys
+            context.instance, knowledge_graph.open(), settings, PollCursor.load(context.cursor), asset_keys=keys
         )
         if note:
             context.log.warning(note)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ServiceError
 from ..files import keep_private, private_folder, write_text_atomically
+from .dagster_yaml import local_template
 from .processes import HOST_TAG, hostname, tagged_process_gone, this_process_tags
 
 if TYPE_CHECKING:
@@ -31,37 +32,9 @@ MARKER = "# A local Dagster instance (SQLite under this folder), made by mce"
 # asset's materializations for the run's partitions. 0 writes them one by one.
 EVENT_BATCH_SIZE = "1000"
 
-LOCAL_INSTANCE_YAML = """\
-{marker}, format 2.
-# Delete the line above to keep your own edits: mce then leaves this file alone.
-# For production settings see dagster.yaml at the root of the project.
-# Dagster's SQLite layout (history/, history/runs/, schedules/ under this folder);
-# the event log keeps its connections and writes a batch of events at once.
-run_storage:
-  module: dagster._core.storage.runs
-  class: SqliteRunStorage
-  config:
-    base_dir: {runs}
-event_log_storage:
-  module: mce_dagster.instance.sqlite
-  class: PooledSqliteEventLogStorage
-  config:
-    base_dir: {events}
-schedule_storage:
-  module: dagster._core.storage.schedules
-  class: SqliteScheduleStorage
-  config:
-    base_dir: {schedules}
-# Runs the UI launches: the monitoring daemon fails those whose process is gone.
-run_launcher:
-  module: mce_dagster.instance.launcher
-  class: MonitoredRunLauncher
-run_monitoring:
-  enabled: true
-  max_resume_run_attempts: 0
-telemetry:
-  enabled: false
-"""
+#: This version's local dagster.yaml, with {marker}, {runs}, {events}, {schedules} to
+#: fill in; its sections are the production files' too (`dagster_yaml`).
+LOCAL_INSTANCE_YAML = local_template()
 
 
 def local_instance_yaml(home: Path) -> str:

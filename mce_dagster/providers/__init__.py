@@ -26,6 +26,7 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..core.context import Node, SessionContext
@@ -170,12 +171,16 @@ class LibraryMetric:
                     out.append((sid, entity.id, case))
         return out, settled
 
-    def run_batch(self, scope: Scope, contexts: Mapping[str, SessionContext], gateway, options: ProviderOptions, concurrency: int = 8):
-        """session -> entity -> LibraryOutcome, for every entity of the scope."""
+    def run_batch(
+        self, scope: Scope, contexts: Mapping[str, SessionContext], gateway, options: ProviderOptions, concurrency: int = 8,
+        files: Path | None = None,
+    ):
+        """session -> entity -> LibraryOutcome, for every entity of the scope; the
+        library's own files under `files` (see prepare_library_environment)."""
         cases, result = self.cases(scope, contexts, options)
         if not cases:
             return result
-        prepare_library_environment()
+        prepare_library_environment(files)
         model = gateway.settings.model if gateway is not None else None
 
         async def one(case: Any, semaphore: asyncio.Semaphore) -> LibraryOutcome:
@@ -260,14 +265,15 @@ def outcome_value(metric: str, outcome: LibraryOutcome, prices: PriceLookup | No
     )
 
 
-def prepare_library_environment() -> None:
-    """Before a library is imported: no telemetry, no files in the working directory."""
+def prepare_library_environment(files: Path | None = None) -> None:
+    """Before a library is imported: no telemetry, no files in the working directory
+    (DeepEval's go under `files`, by default $MCE_HOME/deepeval)."""
     from ..settings import Settings, prepare_litellm_environment
 
     prepare_litellm_environment()
     os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "YES")
     os.environ.setdefault("DEEPEVAL_GRPC_LOGGING", "NO")
-    os.environ.setdefault("DEEPEVAL_CACHE_FOLDER", str(Settings.from_env().mce_home / "deepeval"))
+    os.environ.setdefault("DEEPEVAL_CACHE_FOLDER", str(files or Settings.from_env().mce_home / "deepeval"))
     os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
     os.environ.setdefault("OPIK_TRACK_DISABLE", "true")
     # Opik reports its errors, session text included, to Sentry unless told not to.
