@@ -24,7 +24,7 @@ from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, Validation
 from pydantic_core import PydanticCustomError, PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-#: (name, default, meaning) of every variable the project reads; the README's table.
+#: (name, default, meaning) of every variable the project reads; the table in docs/configuration.md.
 VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("MCE_HOME", "./.mce", "the embedded graph's files and server socket, the local Dagster instance"),
     ("DAGSTER_HOME", "$MCE_HOME/dagster", "the Dagster instance (runs, events, partitions)"),
