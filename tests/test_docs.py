@@ -112,3 +112,11 @@ def test_no_file_cites_a_document_the_repository_does_not_hold():
     for page in PAGES:
         cited += [f"{page.relative_to(REPO)}: {m.group(0)}" for m in CITATION.finditer(page.read_text())]
     assert not cited, "\n".join(cited)
+
+
+def test_the_configuration_page_names_every_variable_the_settings_read():
+    from mce_dagster.settings import VARIABLES
+
+    page = (REPO / "docs" / "configuration.md").read_text()
+    missing = [name for name, _, _ in VARIABLES if f"`{name}`" not in page]
+    assert not missing, f"docs/configuration.md does not name {missing}"
