@@ -477,10 +477,21 @@ def verify_answer(result_id: str, text: str, scoped: bool = True) -> dict[str, A
     return verify(load_result(Settings.from_env().mce_home, result_id), text, scoped=scoped)
 
 
+def prepare_submissions(workspace: Path | None = None) -> None:
+    """Before serving: the instance queues what is submitted (or a ConfigurationError
+    says why not), and runs are created from the code location of `workspace` (a
+    workspace file, as the daemon loads it) or else the project's definitions."""
+    from . import queued
+    from .runner import dagster_instance
+
+    queued.check_instance(dagster_instance())
+    queued.use_workspace(workspace)
+
+
 def submit_compute(session_ids: Sequence[str], metrics: Sequence[str] | None = None) -> list[str]:
-    """Submit the evaluation as Dagster runs through the instance, executed by worker
-    processes (serve.runs): the run ids, at once."""
-    from .serve.runs import submit
+    """Queue the evaluation as Dagster runs through the instance (see `queued`): the
+    run ids, at once; the instance's daemon launches them."""
+    from .queued import submit
 
     if not session_ids:
         raise InputError("session_ids: give at least one session id")
@@ -492,9 +503,12 @@ def submit_compute(session_ids: Sequence[str], metrics: Sequence[str] | None = N
 
 def run_report(run_id: str) -> dict[str, Any] | None:
     """A submitted run's status and, once done, its sessions' results (None: no such run)."""
-    from .serve.runs import report
+    from .queued import run_status
 
-    return report(run_id)
+    out = run_status(run_id)
+    if out is not None and out["done"]:
+        out["results"] = [r for sid in out["sessions"] for r in results(sid)]
+    return out
 
 
 def status() -> dict[str, Any]:

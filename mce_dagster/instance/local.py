@@ -31,8 +31,13 @@ MARKER = "# A local Dagster instance (SQLite under this folder), made by mce"
 # asset's materializations for the run's partitions. 0 writes them one by one.
 EVENT_BATCH_SIZE = "1000"
 
+# Runs the local instance's queue launches at once: each takes about a core.
+MAX_CONCURRENT_RUNS = 2
+# How often the daemon looks at the queue (Dagster's default is 5 s).
+DEQUEUE_INTERVAL_S = 2
+
 LOCAL_INSTANCE_YAML = """\
-{marker}, format 2.
+{marker}, format 3.
 # Delete the line above to keep your own edits: mce then leaves this file alone.
 # For production settings see dagster.yaml at the root of the project.
 # Dagster's SQLite layout (history/, history/runs/, schedules/ under this folder);
@@ -52,7 +57,18 @@ schedule_storage:
   class: SqliteScheduleStorage
   config:
     base_dir: {schedules}
-# Runs the UI launches: the monitoring daemon fails those whose process is gone.
+# Runs the UI, the sensors and the REST API submit wait in a queue, and the daemon
+# (`dagster dev`, or the one `mce serve --api` starts) launches at most
+# max_concurrent_runs of them at once. `mce compute` runs its own in its processes.
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: {dequeue_interval}
+concurrency:
+  runs:
+    max_concurrent_runs: {max_concurrent_runs}
+# Runs the daemon launches: the monitoring daemon fails those whose process is gone.
 run_launcher:
   module: mce_dagster.instance.launcher
   class: MonitoredRunLauncher
@@ -72,6 +88,8 @@ def local_instance_yaml(home: Path) -> str:
         runs=json.dumps(f"{home}/history/"),
         events=json.dumps(f"{home}/history/runs/"),
         schedules=json.dumps(f"{home}/schedules"),
+        max_concurrent_runs=MAX_CONCURRENT_RUNS,
+        dequeue_interval=DEQUEUE_INTERVAL_S,
     )
 
 
@@ -87,6 +105,14 @@ def write_local_config(home: Path) -> bool:
             return False
     write_text_atomically(config, wanted)  # a webserver reading it never sees half a file
     return True
+
+
+def is_local_config(home: Path) -> bool:
+    """Whether DAGSTER_HOME's dagster.yaml is one `mce` wrote (not a deployment's)."""
+    try:
+        return (home / "dagster.yaml").read_text().startswith(MARKER)
+    except OSError:
+        return False
 
 
 # The SQLite files LOCAL_INSTANCE_YAML's storages create, each stamped with its
