@@ -430,14 +430,14 @@ def check_graph(kg: KnowledgeGraph | None = None) -> GraphCheck:
 
 def list_metrics() -> list[dict[str, Any]]:
     """What exists: name, provider, scopes, unit and one line, per metric."""
-    from .serve.query import metric_summary
+    from .results.query import metric_summary
 
     return [metric_summary(d) for d in sorted(catalog().definitions.values(), key=lambda d: (d.provider, d.name))]
 
 
 def get_metric(metric: str) -> dict[str, Any]:
     """What one metric means: caveats, range, version, how it rolls up, allowed cuts."""
-    from .serve.query import find_definition, metric_detail
+    from .results.query import find_definition, metric_detail
 
     return metric_detail(find_definition(catalog(), metric)[0])
 
@@ -454,8 +454,8 @@ def query_metric(
     kg: KnowledgeGraph | None = None,
 ) -> dict[str, Any]:
     """One metric's stored results, for a session or rolled up, cut by at most one
-    allowed dimension; kept under MCE_HOME by its result id (see serve.query)."""
-    from .serve import query
+    allowed dimension; kept under MCE_HOME by its result id (see results.query)."""
+    from .results import query
     from .settings import Settings
 
     kg = kg or open_graph()
@@ -470,8 +470,8 @@ def query_metric(
 
 def verify_answer(result_id: str, text: str, scoped: bool = True) -> dict[str, Any]:
     """Every number of `text` checked against the stored result `result_id`."""
-    from .serve.query import load_result
-    from .serve.verify import verify
+    from .results.query import load_result
+    from .results.verify import verify
     from .settings import Settings
 
     return verify(load_result(Settings.from_env().mce_home, result_id), text, scoped=scoped)
