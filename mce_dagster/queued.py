@@ -71,6 +71,20 @@ def waiting_runs(instance: dg.DagsterInstance) -> int:
     return instance.get_runs_count(filters=dg.RunsFilter(statuses=WAITING))
 
 
+def queue_status(instance: dg.DagsterInstance) -> dict[str, Any]:
+    """How the instance's run queue stands: whether there is one, its bound on runs at
+    once, the runs waiting, and whether a daemon launches them."""
+    from .instance.daemon import queue_daemon_alive
+    from .instance.submission import is_queued, max_concurrent_runs
+
+    if not is_queued(instance):
+        return {"queued": False}
+    return {
+        "queued": True, "max_concurrent_runs": max_concurrent_runs(instance), "waiting": waiting_runs(instance),
+        "daemon_alive": queue_daemon_alive(instance),
+    }
+
+
 def _started(instance: dg.DagsterInstance):
     """The code location's run factory and, on the local instance, the daemon."""
     global _runs, _daemon

@@ -512,7 +512,8 @@ def run_report(run_id: str) -> dict[str, Any] | None:
 
 
 def status() -> dict[str, Any]:
-    """Whether the graph and the Dagster instance are reachable, and the versions."""
+    """Whether the graph and the Dagster instance are reachable (and how its run queue
+    stands), and the versions."""
     import platform
     from importlib.metadata import version
 
@@ -525,10 +526,14 @@ def status() -> dict[str, Any]:
     except Exception as exc:  # reported, not raised: this is the health check
         out["graph"] = {"reachable": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     try:
+        from .queued import queue_status
         from .runner import dagster_instance
 
         instance = dagster_instance()
-        out["instance"] = {"reachable": True, "dagster_home": str(Settings.from_env().dagster_home), "runs": instance.get_runs_count()}
+        out["instance"] = {
+            "reachable": True, "dagster_home": str(Settings.from_env().dagster_home), "runs": instance.get_runs_count(),
+            "queue": queue_status(instance),
+        }
         out["versions"]["dagster"] = version("dagster")
     except Exception as exc:
         out["instance"] = {"reachable": False, "error": f"{type(exc).__name__}: {exc}"[:300]}

@@ -236,6 +236,9 @@ def test_ten_thousand_scattered_sessions_never_run_more_than_the_queue_allows(ho
     for session in rest[:MAX_QUEUED]:
         assert httpx.get(f"{url}/sessions/{session}/metrics", timeout=30).json(), session
 
+    queue = httpx.get(f"{url}/status", timeout=30).json()["instance"]["queue"]
+    assert queue == {"queued": True, "max_concurrent_runs": limit, "waiting": 0, "daemon_alive": True}, queue
+
     # No process left behind: the runs' workers are gone, none is a zombie.
     time.sleep(2)
     below = _descendants(api["process"].pid)
@@ -281,3 +284,32 @@ def test_a_full_queue_refuses_the_next_request_with_429(daemonless, home):
         service.submit_compute(sessions[5:10])
     assert instance.get_runs_count() == 3
     assert len(service.submit_compute(sessions[3:4])) == 1  # one more fits
+
+
+def test_a_requests_runs_share_the_judge_budget(daemonless, home, monkeypatch):
+    """The judge budget is the request's: its runs' judged assets get shares of it
+    in proportion to their sessions, so together they cannot spend more."""
+    from mce_dagster import service
+    from mce_dagster.defs.partitions import SESSIONS
+
+    monkeypatch.setenv("MCE_JUDGE_BUDGET_USD", "0.3")
+    instance = daemonless
+    sessions = home["sessions"]
+    # Two adjacent sessions, then one apart: runs of 2 and 1 sessions.
+    instance.add_dynamic_partitions(SESSIONS, [sessions[0], sessions[1], "gap", sessions[2]])
+    run_ids = service.submit_compute(sessions[:3], ["Session/AnswerRelevancy"])
+    shares = {}
+    for run_id in run_ids:
+        run = instance.get_run_by_id(run_id)
+        (config,) = run.run_config["ops"].values()
+        shares[run.tags[SESSIONS_TAG]] = config["config"]["budget_usd"]
+    assert shares == {"2": pytest.approx(0.2), "1": pytest.approx(0.1)}
+
+
+def test_sessions_are_split_into_runs_of_adjacent_partitions():
+    from mce_dagster.evaluation import budget_shares, session_runs
+
+    order = ["a", "b", "c", "x", "d", "e", "f"]
+    assert session_runs(["f", "a", "b", "d", "e", "c"], order, 2) == [["a", "b"], ["c"], ["d", "e"], ["f"]]
+    assert budget_shares([["a", "b"], ["c"]], None) == [None, None]
+    assert budget_shares([["a", "b"], ["c"], ["d"]], 1.0) == [0.5, 0.25, 0.25]

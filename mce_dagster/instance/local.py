@@ -31,13 +31,8 @@ MARKER = "# A local Dagster instance (SQLite under this folder), made by mce"
 # asset's materializations for the run's partitions. 0 writes them one by one.
 EVENT_BATCH_SIZE = "1000"
 
-# Runs the local instance's queue launches at once: each takes about a core.
-MAX_CONCURRENT_RUNS = 2
-# How often the daemon looks at the queue (Dagster's default is 5 s).
-DEQUEUE_INTERVAL_S = 2
-
 LOCAL_INSTANCE_YAML = """\
-{marker}, format 3.
+{marker}, format 2.
 # Delete the line above to keep your own edits: mce then leaves this file alone.
 # For production settings see dagster.yaml at the root of the project.
 # Dagster's SQLite layout (history/, history/runs/, schedules/ under this folder);
@@ -59,15 +54,16 @@ schedule_storage:
     base_dir: {schedules}
 # Runs the UI, the sensors and the REST API submit wait in a queue, and the daemon
 # (`dagster dev`, or the one `mce serve --api` starts) launches at most
-# max_concurrent_runs of them at once. `mce compute` runs its own in its processes.
+# max_concurrent_runs of them at once (each takes about a core), looking at the queue
+# every 2 s. `mce compute` runs its own, in its own processes.
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
   config:
-    dequeue_interval_seconds: {dequeue_interval}
+    dequeue_interval_seconds: 2
 concurrency:
   runs:
-    max_concurrent_runs: {max_concurrent_runs}
+    max_concurrent_runs: 2
 # Runs the daemon launches: the monitoring daemon fails those whose process is gone.
 run_launcher:
   module: mce_dagster.instance.launcher
@@ -88,8 +84,6 @@ def local_instance_yaml(home: Path) -> str:
         runs=json.dumps(f"{home}/history/"),
         events=json.dumps(f"{home}/history/runs/"),
         schedules=json.dumps(f"{home}/schedules"),
-        max_concurrent_runs=MAX_CONCURRENT_RUNS,
-        dequeue_interval=DEQUEUE_INTERVAL_S,
     )
 
 
