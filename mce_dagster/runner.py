@@ -1,4 +1,6 @@
-"""Evaluating sessions through the Dagster definitions, for the CLI and the client.
+"""Evaluations run by this process, for `mce compute` and the client: what is
+evaluated (assets, sessions, runs, tags) is `mce_dagster.evaluation`'s; here the runs
+execute in process, one after the other or in a pool of worker processes.
 
 Runs are recorded in the Dagster instance under DAGSTER_HOME (default
 `$MCE_HOME/dagster`), so `dagster dev` shows them with their lineage and metadata.
