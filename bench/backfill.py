@@ -105,7 +105,8 @@ def main() -> None:
 
         from mce_dagster.core.ontology import Label
         from mce_dagster.graph import open_graph
-        from mce_dagster.runner import SESSIONS, dagster_instance
+        from mce_dagster.defs.partitions import SESSIONS
+        from mce_dagster.runner import dagster_instance
 
         kg = open_graph()
         unevaluated = kg.select_sessions(evaluated=False)

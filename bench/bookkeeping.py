@@ -106,7 +106,7 @@ def trivial_run(kind: str, home: Path, partitions: int, assets: int) -> float:
     """Seconds for one run over every partition of a fresh instance."""
     from bookkeeping_assets import JOB, build_defs
 
-    from mce_dagster.runner import RANGE_END, RANGE_START
+    from mce_dagster.evaluation import RANGE_END, RANGE_START
 
     instance = open_instance(kind, home)
     keys = [f"session-{i:05d}" for i in range(partitions)]

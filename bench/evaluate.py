@@ -42,7 +42,8 @@ def main() -> None:
     from mce_dagster.graph.embedded import EmbeddedFalkorDB
     from mce_dagster.ingest import IngestReport, build_graphs, collect_spans, ingest_paths
     from mce_dagster.prices import load_price_table
-    from mce_dagster.runner import QUIET_RUN_CONFIG, RANGE_END, RANGE_START, dagster_instance
+    from mce_dagster.evaluation import QUIET_RUN_CONFIG, RANGE_END, RANGE_START
+    from mce_dagster.runner import dagster_instance
     from mce_dagster.synthetic import write_export
 
     catalog, config = runtime()

@@ -163,7 +163,7 @@ def phase_dagster(args, work: Path) -> dict:
     import bookkeeping
     from bookkeeping_assets import JOB, build_defs
 
-    from mce_dagster.runner import RANGE_END, RANGE_START
+    from mce_dagster.evaluation import RANGE_END, RANGE_START
 
     assets = len(deterministic_metrics()) + 1  # + the session context asset the metrics read
     ids = session_ids(work)

@@ -36,6 +36,10 @@ class EngineSettings(BaseModel):
     # Runs `mce compute` keeps going at once, each in a process of its own (a core
     # each: a run uses about one core, the graph server a fraction of another).
     workers: int = Field(1, ge=1, le=64)
+    # What one request of the REST API may ask for: sessions, and runs waiting in the
+    # instance's queue (its own and the ones already there) before it is refused.
+    max_sessions_per_request: int = Field(1_000, ge=1, le=10_000)
+    max_queued_runs: int = Field(100, ge=1, le=100_000)
 
 
 class ProviderSection(BaseModel):

@@ -12,17 +12,11 @@ from collections import OrderedDict
 
 import dagster as dg
 
-from .catalog import Catalog, CatalogMetric, load_catalog
+from . import evaluation
+from .catalog import Catalog, load_catalog
 from .config import MCEConfig, load_config
 from .core.ontology import Scope
-from .defs.assets import (
-    METRIC_IO_MANAGER,
-    SESSION_CONTEXT_IO_MANAGER,
-    SESSION_CONTEXT_KEY,
-    asset_key,
-    build_metric_asset,
-    session_context,
-)
+from .defs.assets import METRIC_IO_MANAGER, SESSION_CONTEXT_IO_MANAGER, build_metric_asset, session_context
 from .defs.io_managers import MetricResultIOManager, SessionContextIOManager
 from .defs.jobs import evaluate_job
 from .defs.judging import provider_options
@@ -44,19 +38,6 @@ def runtime() -> tuple[Catalog, MCEConfig]:
     return catalog, load_config(catalog, Settings.from_env().config_path)
 
 
-def sensor_metrics(config: MCEConfig, settings: Settings | None = None) -> list[CatalogMetric]:
-    """The enabled metrics the sensors evaluate: without a judge model, judged metrics
-    and what reads them are left out, as `mce compute` leaves them out, so their
-    partitions stay unmaterialized until a judge is configured."""
-    if (settings or Settings.from_env()).judge.configured:
-        return list(config.enabled)
-    dropped: set = set()
-    for m in config.enabled:  # dependencies first
-        if m.definition.kind == "llm_judge" or any(dep in dropped for dep in m.dependencies):
-            dropped.add(m.key)
-    return [m for m in config.enabled if m.key not in dropped]
-
-
 def build_definitions(catalog: Catalog, config: MCEConfig, settings: Settings | None = None) -> dg.Definitions:
     """The definitions of the catalog and configuration, their resources made from
     `settings` (else the process's, read here)."""
@@ -70,11 +51,10 @@ def build_definitions(catalog: Catalog, config: MCEConfig, settings: Settings | 
     ]
     return dg.Definitions(
         assets=[session_context, *metric_assets, evaluation_report],
-        jobs=[evaluate_job(config.enabled)],
+        jobs=[evaluate_job(evaluation.enabled(config))],
         # Off by default: `dagster sensor start session_queue_sensor` (or session_poll_sensor).
-        sensors=build_sensors(
-            [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config, settings) if m.scope is not Scope.POPULATION)], settings
-        ),
+        # They evaluate what `mce compute --all` does: judged metrics only with a judge.
+        sensors=build_sensors(evaluation.plan(config, judge_configured=settings.judge.configured).asset_keys, settings),
         resources={
             **resources,
             SESSION_CONTEXT_IO_MANAGER: SessionContextIOManager(knowledge_graph=knowledge_graph),

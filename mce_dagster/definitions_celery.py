@@ -21,6 +21,7 @@ from dagster_celery import celery_executor
 
 from .defs.jobs import evaluate_job
 from .definitions import build_definitions, runtime
+from .evaluation import enabled
 from .files import keep_private
 
 # Celery workers load this module with its steps (mce_dagster.definitions does too: said here as well).
@@ -42,7 +43,7 @@ def build_celery_definitions() -> dg.Definitions:
     return dg.Definitions(
         assets=base.assets,
         asset_checks=base.asset_checks,
-        jobs=[evaluate_job(config.enabled, executor_def=celery)],
+        jobs=[evaluate_job(enabled(config), executor_def=celery)],
         sensors=base.sensors,
         schedules=base.schedules,
         resources=base.resources,

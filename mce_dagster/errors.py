@@ -73,3 +73,17 @@ class UnknownMetricError(ConfigurationError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class RequestTooLargeError(InputError):
+    """A request asks for more work than one request may (sessions, runs): the
+    message names the cap and the setting that holds it."""
+
+
+class QueueFullError(ServiceError):
+    """The instance's run queue holds as many waiting runs as it may take: a request
+    may be made again once some have been launched (`retry_after_s`)."""
+
+    def __init__(self, message: str, retry_after_s: int = 30):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

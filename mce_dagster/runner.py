@@ -1,4 +1,6 @@
-"""Evaluating sessions through the Dagster definitions, for the CLI and the client.
+"""Evaluations run by this process, for `mce compute` and the client: what is
+evaluated (assets, sessions, runs, tags) is `mce_dagster.evaluation`'s; here the runs
+execute in process, one after the other or in a pool of worker processes.
 
 Runs are recorded in the Dagster instance under DAGSTER_HOME (default
 `$MCE_HOME/dagster`), so `dagster dev` shows them with their lineage and metadata.
@@ -12,31 +14,15 @@ from pathlib import Path
 
 import dagster as dg
 
-from .core.ontology import Scope
-from .defs.partitions import SESSIONS
+from . import evaluation as ev
 from .errors import ServiceError
 from .graph import open_graph
-from .instance.local import (  # noqa: F401
-    LOCAL_INSTANCE_YAML,
-    fail_runs_of_dead_processes,
-    open_local_instance,
-    run_tags,
-    set_run_environment,
-)
+from .instance.local import fail_runs_of_dead_processes, open_local_instance, run_tags, set_run_environment
 from .settings import Settings
-
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
-# How many sessions a run covers (RANGE_START/RANGE_END name the first and last).
-SESSIONS_TAG = "mce/sessions"
 
 
 def default_dagster_home() -> Path:
     return Settings.from_env().dagster_home
-
-
-# Dagster's console logger prints every event at DEBUG; the CLI shows warnings.
-QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def dagster_instance() -> dg.DagsterInstance:
@@ -62,19 +48,6 @@ class ComputeOutcome:
     @property
     def success(self) -> bool:
         return not self.failed_runs
-
-
-def contiguous_ranges(wanted: Sequence[str], ordered_keys: Sequence[str], batch_size: int) -> list[list[str]]:
-    """Split the wanted keys into runs of keys that are adjacent in partition order
-    (a run covers a partition range), at most `batch_size` each."""
-    position = {k: i for i, k in enumerate(ordered_keys)}
-    ranges: list[list[str]] = []
-    for key in sorted(set(wanted), key=position.__getitem__):
-        if ranges and position[key] == position[ranges[-1][-1]] + 1 and len(ranges[-1]) < batch_size:
-            ranges[-1].append(key)
-        else:
-            ranges.append([key])
-    return ranges
 
 
 def _count_failures(result: dg.ExecuteInProcessResult, into: dict[str, int]) -> None:
@@ -103,10 +76,6 @@ def _judge_totals(result: dg.ExecuteInProcessResult, outcome: "ComputeOutcome") 
             outcome.judge_calls += int(metadata["judge calls"].value)
 
 
-def _is_judged(metric) -> bool:
-    return metric.definition.kind == "llm_judge"
-
-
 def compute_sessions(
     session_ids: Iterable[str],
     metrics: Sequence[str] | None = None,
@@ -131,58 +100,22 @@ def compute_sessions(
     outcome = ComputeOutcome(sessions=len(ids))
     if not ids:
         return outcome
-    selection = None
-    if metrics:  # resolved before anything is registered: a typo changes nothing
-        from .defs.assets import SESSION_CONTEXT_KEY, asset_key
-
-        keys = [m.key for name in metrics for m in catalog.resolve(name)]
-        selected = catalog.closure(keys)
-        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected if m.scope is not Scope.POPULATION)]
-    else:
-        selected = list(config.enabled)
-        if not Settings.from_env().judge.configured:
-            # Not asked for by name: judged metrics (and what reads them) are skipped.
-            from .core.metrics.judged import NO_JUDGE
-            from .defs.assets import SESSION_CONTEXT_KEY, asset_key
-
-            dropped: set = set()
-            for m in config.enabled:  # dependencies first
-                if _is_judged(m) or any(dep in dropped for dep in m.dependencies):
-                    dropped.add(m.key)
-            if dropped:
-                outcome.skipped_judged = sorted(str(k) for k in dropped)
-                outcome.skip_reason = NO_JUDGE
-                selected = [m for m in config.enabled if m.key not in dropped]
-                selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected if m.scope is not Scope.POPULATION)]
-    # A raw platform id (`<app>_<uuid>`) names the session stored under its uuid.
-    graph = open_graph()
-    stored = graph.resolve_sessions(ids)
-    absent = [k for k in ids if k not in stored]
-    if absent:
-        raise graph.unknown_sessions_error(absent)
-    ids = list(dict.fromkeys(stored[k] for k in ids))
+    # Resolved before anything is registered: a typo changes nothing.
+    evaluation = ev.plan(config, metrics, catalog=catalog)
+    outcome.skipped_judged = list(evaluation.skipped)
+    outcome.skip_reason = evaluation.skip_reason
+    ids = ev.stored_sessions(ids, open_graph())
     instance = instance or dagster_instance()
-    existing = set(instance.get_dynamic_partitions(SESSIONS))
-    new = [k for k in ids if k not in existing]
-    if new:
-        instance.add_dynamic_partitions(SESSIONS, new)
-    ordered = instance.get_dynamic_partitions(SESSIONS)
+    ordered = ev.register_sessions(instance, ids)
 
-    judged = [m for m in selected if _is_judged(m)]
-    if budget_usd is not None and judged and selection is None:
-        from .defs.assets import SESSION_CONTEXT_KEY, asset_key
-
-        selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in selected if m.scope is not Scope.POPULATION)]
+    judged = evaluation.judged
     set_run_environment()
-    size = batch_size or config.engine.batch_size
-    population = [m for m in selected if m.scope is Scope.POPULATION]
-    # Population metrics alone need no session run: they read the graph themselves.
-    batches = contiguous_ranges(ids, ordered, size) if len(population) < len(selected) else []
+    batches = ev.session_runs(ids, ordered, batch_size or config.engine.batch_size) if evaluation.needs_session_runs else []
     in_parallel = min(workers or config.engine.workers, len(batches))
     if budget_usd is not None and judged:
         in_parallel = 1  # each run's share of the budget is what the runs before it left
     try:
-        for done in _run_batches(batches, selection, instance, raise_on_error, quiet, in_parallel, _budget_config(budget_usd, judged, outcome)):
+        for done in _run_batches(batches, evaluation, instance, raise_on_error, quiet, in_parallel, _budget_config(budget_usd, evaluation, outcome)):
             outcome.runs.append(done.run_id)
             for name, n in done.failed_entities.items():
                 outcome.failed_entities[name] = outcome.failed_entities.get(name, 0) + n
@@ -195,8 +128,8 @@ def compute_sessions(
     except WorkerDiedError as exc:
         exc.outcome = outcome  # the runs that finished: their results are stored
         raise
-    if population:
-        _compute_population(defs, population, instance, outcome, raise_on_error, quiet)
+    if evaluation.population_metrics:
+        _compute_population(defs, evaluation, instance, outcome, raise_on_error, quiet)
     return outcome
 
 
@@ -219,44 +152,27 @@ class BatchOutcome:
     judge_calls: int = 0
 
 
-def _budget_config(budget_usd: float | None, judged: list, outcome: ComputeOutcome) -> Callable[[], dict]:
-    """Run config of the next run: the judged metrics' share of the budget."""
+def _budget_config(budget_usd: float | None, evaluation: ev.Evaluation, outcome: ComputeOutcome) -> Callable[[], float | None]:
+    """The judge budget of the next run: what the runs before it left of `budget_usd`,
+    one ceiling over every run of this call."""
 
-    def ops() -> dict:
-        if budget_usd is None or not judged:
-            return {}
-        from .defs.assets import asset_key
+    def remaining() -> float | None:
+        if budget_usd is None or not evaluation.judged:
+            return None
+        return max(0.0, budget_usd - outcome.judge_cost)
 
-        # One ceiling over every run of this call: each run gets what is left.
-        remaining = max(0.0, budget_usd - outcome.judge_cost)
-        return {asset_key(m.key).to_python_identifier(): {"config": {"budget_usd": remaining}} for m in judged}
-
-    return ops
+    return remaining
 
 
 def _execute_batch(
-    instance: dg.DagsterInstance, selection: list | None, batch: list[str], ops: dict, raise_on_error: bool, quiet: bool
+    instance: dg.DagsterInstance, asset_keys: Sequence[dg.AssetKey], batch: list[str], run_config: dict, raise_on_error: bool
 ) -> BatchOutcome:
-    """One Dagster run over a contiguous batch of session partitions."""
-    from .defs.jobs import EVALUATE_JOB
+    """One Dagster run over a contiguous batch of session partitions, in this process."""
     from .definitions import defs
 
-    tags = {RANGE_START: batch[0], RANGE_END: batch[-1], SESSIONS_TAG: str(len(batch)), **run_tags()}
-    run_config = {**(QUIET_RUN_CONFIG if quiet else {}), **({"ops": ops} if ops else {})} or None
-    if selection is None:
-        result = defs.resolve_job_def(EVALUATE_JOB).execute_in_process(
-            instance=instance, tags=tags, raise_on_error=raise_on_error, run_config=run_config
-        )
-    else:
-        result = dg.materialize(
-            assets=list(defs.assets or []),
-            selection=selection,
-            resources=defs.resources,
-            instance=instance,
-            tags=tags,
-            raise_on_error=raise_on_error,
-            run_config=run_config,
-        )
+    result = ev.execute_in_process(
+        defs, asset_keys, instance=instance, tags={**ev.run_tags(batch), **run_tags()}, run_config=run_config, raise_on_error=raise_on_error
+    )
     totals = ComputeOutcome()
     _count_failures(result, totals.failed_entities)
     _judge_totals(result, totals)
@@ -265,19 +181,20 @@ def _execute_batch(
 
 def _run_batches(
     batches: list[list[str]],
-    selection: list | None,
+    evaluation: ev.Evaluation,
     instance: dg.DagsterInstance,
     raise_on_error: bool,
     quiet: bool,
     workers: int,
-    ops: Callable[[], dict],
+    budget: Callable[[], float | None],
 ) -> Iterator[BatchOutcome]:
     """The batches' runs, in order: here one after the other, or `workers` at once in
     worker processes, each opening the same instance from its ref."""
+    keys = evaluation.asset_keys
     ref = instance.get_ref() if workers > 1 and not instance.is_ephemeral else None
     if ref is None:
         for batch in batches:
-            yield _execute_batch(instance, selection, batch, ops(), raise_on_error, quiet)
+            yield _execute_batch(instance, keys, batch, evaluation.run_config(budget(), quiet), raise_on_error)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -287,7 +204,9 @@ def _run_batches(
     context = multiprocessing.get_context("spawn")
     before = set(multiprocessing.active_children())
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_open_worker_instance, initargs=(ref,)) as pool:
-        futures = [pool.submit(_execute_in_worker, selection, batch, ops(), raise_on_error, quiet) for batch in batches]
+        futures = [
+            pool.submit(_execute_in_worker, keys, batch, evaluation.run_config(budget(), quiet), raise_on_error) for batch in batches
+        ]
         finished = 0
         try:
             for future in futures:
@@ -324,23 +243,16 @@ def _open_worker_instance(ref) -> None:
     _worker_instance = dg.DagsterInstance.from_ref(ref)
 
 
-def _execute_in_worker(selection: list | None, batch: list[str], ops: dict, raise_on_error: bool, quiet: bool) -> BatchOutcome:
+def _execute_in_worker(asset_keys: Sequence[dg.AssetKey], batch: list[str], run_config: dict, raise_on_error: bool) -> BatchOutcome:
     assert _worker_instance is not None, "the worker's instance is opened by its initializer"
-    return _execute_batch(_worker_instance, selection, batch, ops, raise_on_error, quiet)
+    return _execute_batch(_worker_instance, asset_keys, batch, run_config, raise_on_error)
 
 
-def _compute_population(defs, metrics, instance, outcome: ComputeOutcome, raise_on_error: bool, quiet: bool) -> None:
+def _compute_population(defs, evaluation: ev.Evaluation, instance, outcome: ComputeOutcome, raise_on_error: bool, quiet: bool) -> None:
     """One unpartitioned run over the population metrics, after the sessions' runs."""
-    from .defs.assets import asset_key
-
-    result = dg.materialize(
-        assets=list(defs.assets or []),
-        selection=[asset_key(m.key) for m in metrics],
-        resources=defs.resources,
-        instance=instance,
-        tags=run_tags(),
+    result = ev.execute_in_process(
+        defs, evaluation.population_keys, instance=instance, tags=run_tags(), run_config=evaluation.run_config(quiet=quiet),
         raise_on_error=raise_on_error,
-        run_config=dict(QUIET_RUN_CONFIG) if quiet else None,
     )
     outcome.runs.append(result.run_id)
     if not result.success:

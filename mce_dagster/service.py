@@ -439,14 +439,14 @@ def check_graph(kg: KnowledgeGraph | None = None) -> GraphCheck:
 
 def list_metrics() -> list[dict[str, Any]]:
     """What exists: name, provider, scopes, unit and one line, per metric."""
-    from .serve.query import metric_summary
+    from .results.query import metric_summary
 
     return [metric_summary(d) for d in sorted(catalog().definitions.values(), key=lambda d: (d.provider, d.name))]
 
 
 def get_metric(metric: str) -> dict[str, Any]:
     """What one metric means: caveats, range, version, how it rolls up, allowed cuts."""
-    from .serve.query import find_definition, metric_detail
+    from .results.query import find_definition, metric_detail
 
     return metric_detail(find_definition(catalog(), metric)[0])
 
@@ -463,8 +463,8 @@ def query_metric(
     kg: KnowledgeGraph | None = None,
 ) -> dict[str, Any]:
     """One metric's stored results, for a session or rolled up, cut by at most one
-    allowed dimension; kept under MCE_HOME by its result id (see serve.query)."""
-    from .serve import query
+    allowed dimension; kept under MCE_HOME by its result id (see results.query)."""
+    from .results import query
     from .settings import Settings
 
     kg = kg or open_graph()
@@ -479,17 +479,28 @@ def query_metric(
 
 def verify_answer(result_id: str, text: str, scoped: bool = True) -> dict[str, Any]:
     """Every number of `text` checked against the stored result `result_id`."""
-    from .serve.query import load_result
-    from .serve.verify import verify
+    from .results.query import load_result
+    from .results.verify import verify
     from .settings import Settings
 
     return verify(load_result(Settings.from_env().mce_home, result_id), text, scoped=scoped)
 
 
+def prepare_submissions(workspace: Path | None = None) -> None:
+    """Before serving: the instance queues what is submitted (or a ConfigurationError
+    says why not), and runs are created from the code location of `workspace` (a
+    workspace file, as the daemon loads it) or else the project's definitions."""
+    from . import queued
+    from .runner import dagster_instance
+
+    queued.check_instance(dagster_instance())
+    queued.use_workspace(workspace)
+
+
 def submit_compute(session_ids: Sequence[str], metrics: Sequence[str] | None = None) -> list[str]:
-    """Submit the evaluation as Dagster runs through the instance, executed by worker
-    processes (serve.runs): the run ids, at once."""
-    from .serve.runs import submit
+    """Queue the evaluation as Dagster runs through the instance (see `queued`): the
+    run ids, at once; the instance's daemon launches them."""
+    from .queued import submit
 
     if not session_ids:
         raise InputError("session_ids: give at least one session id")
@@ -501,13 +512,17 @@ def submit_compute(session_ids: Sequence[str], metrics: Sequence[str] | None = N
 
 def run_report(run_id: str) -> dict[str, Any] | None:
     """A submitted run's status and, once done, its sessions' results (None: no such run)."""
-    from .serve.runs import report
+    from .queued import run_status
 
-    return report(run_id)
+    out = run_status(run_id)
+    if out is not None and out["done"]:
+        out["results"] = [r for sid in out["sessions"] for r in results(sid)]
+    return out
 
 
 def status() -> dict[str, Any]:
-    """Whether the graph and the Dagster instance are reachable, and the versions."""
+    """Whether the graph and the Dagster instance are reachable (and how its run queue
+    stands), and the versions."""
     import platform
     from importlib.metadata import version
 
@@ -520,10 +535,14 @@ def status() -> dict[str, Any]:
     except Exception as exc:  # reported, not raised: this is the health check
         out["graph"] = {"reachable": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     try:
+        from .queued import queue_status
         from .runner import dagster_instance
 
         instance = dagster_instance()
-        out["instance"] = {"reachable": True, "dagster_home": str(Settings.from_env().dagster_home), "runs": instance.get_runs_count()}
+        out["instance"] = {
+            "reachable": True, "dagster_home": str(Settings.from_env().dagster_home), "runs": instance.get_runs_count(),
+            "queue": queue_status(instance),
+        }
         out["versions"]["dagster"] = version("dagster")
     except Exception as exc:
         out["instance"] = {"reachable": False, "error": f"{type(exc).__name__}: {exc}"[:300]}

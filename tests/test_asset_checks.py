@@ -16,7 +16,7 @@ from mce_dagster.definitions import build_definitions
 from mce_dagster.defs.checks import COVERAGE_CHECK, PLACED_CHECK, RANGE_CHECK
 from mce_dagster.defs.jobs import EVALUATE_JOB
 from mce_dagster.ingest import ingest_paths
-from mce_dagster.runner import QUIET_RUN_CONFIG, RANGE_END, RANGE_START
+from mce_dagster.evaluation import QUIET_RUN_CONFIG, RANGE_END, RANGE_START
 from test_ingest import row
 
 PROVIDER = "checkprobe"

@@ -24,7 +24,7 @@ import yaml
 
 from conftest import REPO, require
 from mce_dagster.graph import cypher
-from mce_dagster.runner import QUIET_RUN_CONFIG, RANGE_END, RANGE_START
+from mce_dagster.evaluation import QUIET_RUN_CONFIG, RANGE_END, RANGE_START
 
 BIN = Path(sys.executable).parent
 SESSIONS = 4
@@ -183,16 +183,15 @@ def _results(kg, ids) -> dict[tuple, dict]:
 def test_celery_workers_evaluate_a_batch_as_the_in_process_run_does(deployment, kg, sessions):
     from dagster._core.definitions.reconstruct import ReconstructableRepository
 
-    from mce_dagster.core.ontology import Scope
     from mce_dagster.definitions import defs as in_process_defs
-    from mce_dagster.definitions import runtime, sensor_metrics
-    from mce_dagster.defs.assets import SESSION_CONTEXT_KEY, asset_key
+    from mce_dagster.definitions import runtime
     from mce_dagster.defs.jobs import EVALUATE_JOB
+    from mce_dagster.evaluation import plan
 
     # The default metric set as `mce compute` and the sensors run it: without a judge
     # model, judged metrics (and what reads them) are left out.
     _, config = runtime()
-    selection = [SESSION_CONTEXT_KEY, *(asset_key(m.key) for m in sensor_metrics(config) if m.scope is not Scope.POPULATION)]
+    selection = list(plan(config).asset_keys)
     instance = dg.DagsterInstance.get()
     assert type(instance.event_log_storage).__name__ == "PooledPostgresEventLogStorage"
     instance.add_dynamic_partitions("sessions", sessions)

@@ -22,7 +22,7 @@ from mce_dagster.defs.assets import asset_key
 from mce_dagster.defs.jobs import EVALUATE_JOB
 from mce_dagster.ingest import ingest_paths
 from mce_dagster.prices import load_price_table
-from mce_dagster.runner import RANGE_END, RANGE_START, QUIET_RUN_CONFIG
+from mce_dagster.evaluation import RANGE_END, RANGE_START, QUIET_RUN_CONFIG
 from test_ingest import row
 
 

@@ -32,7 +32,8 @@ WORKER = textwrap.dedent("""
     from pathlib import Path
     import dagster as dg
     from mce_dagster.instance.local import run_tags, set_run_environment
-    from mce_dagster.runner import RANGE_END, RANGE_START, dagster_instance
+    from mce_dagster.evaluation import RANGE_END, RANGE_START
+    from mce_dagster.runner import dagster_instance
 
     ready = Path(sys.argv[1])
     parts = dg.DynamicPartitionsDefinition(name="sessions")

@@ -31,7 +31,7 @@ from dagster_graphql.test.utils import execute_dagster_graphql
 from conftest import REPO
 from mce_dagster.instance.local import LOCAL_INSTANCE_YAML, MARKER, prepare_local_instance, write_local_config
 from mce_dagster.instance.sqlite import PooledSqliteEventLogStorage
-from mce_dagster.runner import RANGE_END, RANGE_START
+from mce_dagster.evaluation import RANGE_END, RANGE_START
 
 sys.path.insert(0, str(REPO / "bench"))
 import bookkeeping_assets as trivial  # noqa: E402

@@ -2,8 +2,10 @@
 
 The rules (see the README's map): the core imports nothing but itself and the
 errors; only `settings` reads the environment; interfaces reach the graph through
-`mce_dagster.graph`, never a backend; commands that need no Dagster, and the
-Dagster code location, import no LLM library.
+`mce_dagster.graph`, never a backend; no interface imports another (the `mce serve`
+command only starts the servers), and nothing below them imports an interface; only
+`mce_dagster.instance` imports Dagster's private modules; commands that need no
+Dagster, and the Dagster code location, import no LLM library.
 """
 
 from __future__ import annotations
@@ -28,22 +30,32 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute names of every module the file imports, lazily or not."""
+def _import_statements(path: Path) -> list[tuple[str, str | None]]:
+    """(module, name imported from it or None) for every import in the file, lazy or
+    not, with relative modules made absolute."""
     tree = ast.parse(path.read_text(), str(path))
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
-    names: set[str] = set()
+    found: list[tuple[str, str | None]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            found.extend((alias.name, None) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)
+            found.extend((module, alias.name) for alias in node.names)
+    return found
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of every module the file imports, lazily or not."""
+    names: set[str] = set()
+    for module, name in _import_statements(path):
+        names.add(module)
+        if name is not None:
+            names.add(f"{module}.{name}")
     return names
 
 
@@ -77,6 +89,67 @@ def test_interfaces_do_not_import_graph_backends():
     for path in _files(*INTERFACES):
         for name in _imports(path):
             assert not name.startswith(BACKEND_MODULES), f"{path}: imports {name}; go through mce_dagster.graph"
+
+
+# The interface packages; `client.py` and `service.py` are what they (and scripts) call.
+INTERFACE_PACKAGES = ("mce_dagster.cli", "mce_dagster.serve")
+# `mce serve` starts the servers: the one place an interface reaches another.
+SERVER_LAUNCHES = {
+    "cli/serve.py": {
+        ("mce_dagster.serve.guard", "check_bind"),
+        ("mce_dagster.serve.api", "serve_api"),
+        ("mce_dagster.serve.mcp_server", "serve_http"),
+        ("mce_dagster.serve.mcp_server", "serve_stdio"),
+    }
+}
+
+
+def _package_of(module: str) -> str | None:
+    return next((p for p in INTERFACE_PACKAGES if module == p or module.startswith(p + ".")), None)
+
+
+def test_no_interface_imports_another():
+    offenders = []
+    for path in _files("cli", "serve", "client.py"):
+        own = _package_of(_module_name(path))
+        allowed = SERVER_LAUNCHES.get(str(path.relative_to(PACKAGE)), set())
+        for module, name in _import_statements(path):
+            other = _package_of(module)
+            if other is not None and other != own and (module, name) not in allowed:
+                offenders.append(f"{path.relative_to(PACKAGE)}: imports {module}{'.' + name if name else ''}")
+    assert not offenders, "interfaces call mce_dagster.service, not each other:\n" + "\n".join(offenders)
+
+
+def test_nothing_below_the_interfaces_imports_them():
+    """service.py (what every interface calls), the results, the runner, the
+    definitions: none reaches back into cli/ or serve/."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if _package_of(_module_name(path)) is not None:
+            continue
+        for name in _imports(path):
+            if _package_of(name) is not None:
+                offenders.append(f"{path.relative_to(PACKAGE)}: imports {name}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_rules_see_an_interface_cycle():
+    """The check reads service.py's lazy imports: one of serve/ would be seen."""
+    names = _imports(PACKAGE / "service.py")
+    assert "mce_dagster.queued.submit" in names and "mce_dagster.results.query.load_result" in names
+
+
+def test_only_the_instance_package_imports_dagsters_private_api():
+    """Dagster's private modules (`dagster._...`) change without notice between
+    releases: each use sits in mce_dagster/instance/, whose modules say what they rely on."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.is_relative_to(PACKAGE / "instance"):
+            continue
+        for name in _imports(path):
+            if name.startswith("dagster._"):
+                offenders.append(f"{path.relative_to(PACKAGE)}: imports {name}")
+    assert not offenders, "go through mce_dagster.instance:\n" + "\n".join(offenders)
 
 
 def test_only_settings_reads_the_environment():

@@ -23,7 +23,7 @@ from mce_dagster.core.models import result_id
 from mce_dagster.definitions import build_definitions, runtime
 from mce_dagster.defs.assets import asset_key
 from mce_dagster.ingest import ingest_paths
-from mce_dagster.runner import QUIET_RUN_CONFIG
+from mce_dagster.evaluation import QUIET_RUN_CONFIG
 from mce_dagster.synthetic import generate_rows, write_export
 
 NAMES = ["a", "b", "c", "d"]

@@ -9,7 +9,7 @@ from mce_dagster import service
 from mce_dagster.catalog import load_catalog
 from mce_dagster.core.ontology import COMMON_PROPS, EXTRA_PROPS
 from mce_dagster.graph import cypher
-from mce_dagster.serve.query import QueryRefused, load_result, rollup_of
+from mce_dagster.results.query import QueryRefused, load_result, rollup_of
 from mce_dagster.settings import Settings
 
 import registry_graph

@@ -27,7 +27,8 @@ from conftest import IN_CI, REPO, require
 from dagster_ui import DagsterProcesses, wait_for
 
 from mce_dagster.core.ontology import Scope
-from mce_dagster.definitions import runtime, sensor_metrics
+from mce_dagster.definitions import runtime
+from mce_dagster.evaluation import plan
 from mce_dagster.defs.assets import SESSION_CONTEXT_KEY, asset_key
 from mce_dagster.defs.checks import COVERAGE_CHECK, PLACED_CHECK, RANGE_CHECK
 
@@ -141,7 +142,7 @@ def backfill_selection() -> list[str]:
     """What a person backfills without a judge model: the session context and the
     per-session metrics the sensors evaluate."""
     _, config = runtime()
-    return [path_of(SESSION_CONTEXT_KEY)] + [path_of(asset_key(m.key)) for m in sensor_metrics(config) if m.scope is not Scope.POPULATION]
+    return [path_of(key) for key in plan(config).asset_keys]
 
 
 @pytest.fixture(scope="module")

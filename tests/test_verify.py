@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mce_dagster.serve.verify import number_matches, read_sentence, verify
+from mce_dagster.results.verify import number_matches, read_sentence, verify
 
 BY_AGENT = {
     "result_id": "r1",

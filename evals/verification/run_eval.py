@@ -77,7 +77,7 @@ def sentence(metric: str, by: str, key: Any, number: str) -> str:
 
 
 def _in_result(number_text: str, rows: list[dict[str, Any]]) -> bool:
-    from mce_dagster.serve.verify import _fields, number_matches, read_sentence
+    from mce_dagster.results.verify import _fields, number_matches, read_sentence
 
     (_, value, decimals, percent), *_ = read_sentence(number_text, []).numbers
     return any(number_matches(value, decimals, percent, s) for r in rows for _, s in _fields(r))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -20,10 +21,20 @@ def serve(
     host: Annotated[
         str, typer.Option("--host", metavar="ADDRESS", help="Serve --http or --api on this address; anything but loopback needs MCE_API_TOKEN.")
     ] = "127.0.0.1",
+    workspace: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--workspace", metavar="FILE",
+            help="With --api: the Dagster workspace file whose code location the instance's daemon launches runs from "
+            "(default: the module mce_dagster.definitions, as workspace.yaml loads it).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the metric registry to agents: MCP over stdio (the default), MCP over HTTP, or the REST API."""
     if http is not None and api is not None:
         raise InputError("give --http or --api, not both")
+    if workspace is not None and api is None:
+        raise InputError("--workspace is for --api: only the REST API submits runs")
     for port in (http, api):
         if port is not None and not 0 < port < 65536:
             raise InputError(f"port {port} is not between 1 and 65535")
@@ -41,7 +52,7 @@ def serve(
         from ..serve.api import serve_api
 
         err.print(f"REST API on http://{shown_host}:{api} (OpenAPI at /openapi.json)")
-        serve_api(api, host)
+        serve_api(api, host, workspace)
         return
     from ..serve.mcp_server import serve_http, serve_stdio
 

@@ -40,13 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
-from dagster._core.definitions.events import AssetKeyPartitionKey
-from dagster._core.execution.backfill import BulkActionStatus, BulkActionsFilter
 
 from .. import queue as q
+from ..evaluation import SESSIONS_TAG
 from ..errors import AmbiguousSessionError, InputError
 from ..graph import KnowledgeGraph, describe_orphans
+from ..instance.backfills import backfill_request, in_live_backfills
 from ..settings import QueueSettings, Settings
 from .assets import SESSION_CONTEXT_KEY
 from .partitions import SESSIONS, sessions_partitions
@@ -59,7 +58,6 @@ POLL_SENSOR = "session_poll_sensor"
 SENSOR_TAG = "mce/sensor"
 #: a pending session is forgotten after this long even if Dagster never showed it
 PENDING_TTL_SECONDS = 24 * 3600.0
-_LIVE_BACKFILLS = [BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING]
 
 
 # -- what Dagster already knows of a session ------------------------------------------
@@ -73,14 +71,7 @@ def already_requested(instance: dg.DagsterInstance, keys: Iterable[str]) -> set[
         return set()
     status = instance.get_status_by_partition(SESSION_CONTEXT_KEY, keys, sessions_partitions) or {}
     known = {k for k, s in status.items() if s is not None}
-    rest = [k for k in keys if k not in known]
-    if rest:
-        for backfill in instance.get_backfills(filters=BulkActionsFilter(statuses=_LIVE_BACKFILLS), limit=200):
-            data = backfill.asset_backfill_data
-            if data is None:
-                continue
-            target = data.target_subset
-            known.update(k for k in rest if AssetKeyPartitionKey(SESSION_CONTEXT_KEY, k) in target)
+    known |= in_live_backfills(instance, SESSION_CONTEXT_KEY, [k for k in keys if k not in known])
     return known
 
 
@@ -89,11 +80,10 @@ def registered(instance: dg.DagsterInstance, keys: Iterable[str]) -> set[str]:
 
 
 def evaluation_request(keys: Sequence[str], asset_keys: Sequence[dg.AssetKey], sensor: str) -> dg.RunRequest:
-    """One backfill over exactly these sessions, of every asset the evaluation job
-    materializes; the backfill daemon runs it per each asset's backfill policy."""
-    subset = sessions_partitions.subset_with_partition_keys(list(keys))
-    graph_subset = AssetGraphSubset(partitions_subsets_by_asset_key={k: subset for k in asset_keys})
-    return dg.RunRequest.for_asset_graph_subset(graph_subset, tags={SENSOR_TAG: sensor, "mce/sessions": str(len(keys))})
+    """One backfill over exactly these sessions, of every asset the evaluation
+    materializes (`evaluation.plan(config).asset_keys`); the backfill daemon runs it
+    per each asset's backfill policy."""
+    return backfill_request(sessions_partitions, keys, asset_keys, {SENSOR_TAG: sensor, SESSIONS_TAG: str(len(keys))})
 
 
 # -- the queue sensor --------------------------------------------------------------------
@@ -380,8 +370,8 @@ def poll_tick(
 
 
 def build_sensors(asset_keys: Sequence[dg.AssetKey], settings: Settings) -> list[dg.SensorDefinition]:
-    """Both sensors over the assets the evaluation job materializes, ticking at the
-    settings' interval; the poll sensor takes the settings' batch."""
+    """Both sensors over the assets an evaluation's session runs materialize, ticking
+    at the settings' interval; the poll sensor takes the settings' batch."""
     keys = list(asset_keys)
     selection = dg.AssetSelection.assets(*keys)
 

@@ -72,14 +72,30 @@ schedule_storage:
 # -- runs ------------------------------------------------------------------------------
 
 QUEUED_RUNS = """\
-# Runs wait in a queue: sensors may ask for many, the deployment runs a few at once.
+# Runs wait in a queue: the sensors and the REST API may ask for many, the machine
+# runs a few (the REST API refuses to serve an instance without a queue).
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
 """
 
+LOCAL_QUEUED_RUNS = """\
+# Runs the UI, the sensors and the REST API submit wait in a queue, and the daemon
+# (`dagster dev`, or the one `mce serve --api` starts) launches at most
+# max_concurrent_runs of them at once (each takes about a core), looking at the queue
+# every 2 s. `mce compute` runs its own, in its own processes.
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 2
+concurrency:
+  runs:
+    max_concurrent_runs: 2
+"""
+
 LOCAL_LAUNCHER = """\
-# Runs the UI launches: the monitoring daemon fails those whose process is gone.
+# Runs the daemon launches: the monitoring daemon fails those whose process is gone.
 run_launcher:
   module: mce_dagster.instance.launcher
   class: MonitoredRunLauncher
@@ -231,7 +247,7 @@ K8S_HEADER = """\
 """
 
 #: The local instance `mce` writes, with {marker}, {runs}, {events}, {schedules} to fill in.
-LOCAL = (LOCAL_HEADER, SQLITE_STORAGE, LOCAL_LAUNCHER, LOCAL_MONITORING, NO_TELEMETRY)
+LOCAL = (LOCAL_HEADER, SQLITE_STORAGE, LOCAL_QUEUED_RUNS, LOCAL_LAUNCHER, LOCAL_MONITORING, NO_TELEMETRY)
 
 #: The committed files, by their path in the repository.
 FILES: dict[str, tuple[str, ...]] = {

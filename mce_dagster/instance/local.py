@@ -62,6 +62,14 @@ def write_local_config(home: Path) -> bool:
     return True
 
 
+def is_local_config(home: Path) -> bool:
+    """Whether DAGSTER_HOME's dagster.yaml is one `mce` wrote (not a deployment's)."""
+    try:
+        return (home / "dagster.yaml").read_text().startswith(MARKER)
+    except OSError:
+        return False
+
+
 # The SQLite files LOCAL_INSTANCE_YAML's storages create, each stamped with its
 # schema revision when created.
 _STORAGE_FILES = ("history/runs.db", "history/runs/index.db", "schedules/schedules.db")

@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..files import write_text_atomically
 from ..graph import KnowledgeGraph
 from ..results import ResultSelection, to_public
-from ..serve.query import query_metric
+from ..results.query import query_metric
 from .html import render
 from .model import DistributionBuilder, Report, Rollup, rollup_from_answer
 

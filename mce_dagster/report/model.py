@@ -150,7 +150,7 @@ class Rollup:
 
 
 def rollup_from_answer(answer: Mapping[str, Any]) -> Rollup:
-    """A registry answer (serve.query.query_metric with `by`) as a report table.
+    """A registry answer (results.query.query_metric with `by`) as a report table.
     Groups without a name (sessions with no app) are shown as "(none)"."""
     cut = answer["by"]
     rows = tuple(

@@ -6,15 +6,17 @@
 Every route but `GET /healthz` takes the bearer token when MCE_API_TOKEN is set, and
 every request passes the checks of `serve.guard` (Host, token, body size) first.
 
-`POST /compute_metrics` submits the evaluation as Dagster runs through the instance
-and returns their ids; `GET /runs/{id}` reports progress and, once done, the results
-in the format of `mce kg metric get --json`. Bad input is a 4xx whose body names the
+`POST /compute_metrics` queues the evaluation as Dagster runs in the instance (see
+`mce_dagster.queued`: bounded in sessions, runs and judge spend; 429 when the queue is
+full) and returns their ids; `GET /runs/{id}` reports progress and, once done, the
+results in the format of `mce kg metric get --json`. Bad input is a 4xx whose body names the
 field: `{"error": ..., "field": ...}`.
 """
 
 from __future__ import annotations
 
 import json
+import pathlib
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query, Request
@@ -23,7 +25,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .. import service
-from ..errors import MCEError, UnknownMetricError, UnknownSessionError, shown
+from ..errors import MCEError, QueueFullError, RequestTooLargeError, UnknownMetricError, UnknownSessionError, shown
 from .guard import LIVENESS_PATH, MAX_ID_LENGTH, MAX_METRICS_PER_REQUEST, MAX_NAME_LENGTH, MAX_SESSIONS_PER_REQUEST
 from ..files import keep_private
 
@@ -92,9 +94,9 @@ def _problem(status: int, error: str, field: str | None) -> JSONResponse:
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, error: str, field: str | None = None):
+    def __init__(self, status: int, error: str, field: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(error)
-        self.status, self.error, self.field = status, error, field
+        self.status, self.error, self.field, self.headers = status, error, field, headers
 
 
 def build_app() -> FastAPI:
@@ -105,6 +107,7 @@ def build_app() -> FastAPI:
         description="Metrics over multi-agent sessions: the catalog, stored results, and evaluations run through Dagster.",
     )
     errors = {400: {"model": Problem}, 404: {"model": Problem}, 422: {"model": Problem}}
+    queue_errors = {**errors, 429: {"model": Problem, "description": "The run queue is full: try again after Retry-After seconds."}}
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -116,7 +119,9 @@ def build_app() -> FastAPI:
 
     @app.exception_handler(_Refused)
     async def _refused(request: Request, exc: _Refused) -> JSONResponse:
-        return _problem(exc.status, exc.error, exc.field)
+        response = _problem(exc.status, exc.error, exc.field)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.get(LIVENESS_PATH, summary="Liveness: the process answers (no token needed, nothing read)")
     def healthz() -> dict[str, str]:
@@ -130,7 +135,7 @@ def build_app() -> FastAPI:
     def status() -> dict[str, Any]:
         return service.status()
 
-    @app.post("/compute_metrics", summary="Submit an evaluation as Dagster runs", status_code=202, responses=errors)
+    @app.post("/compute_metrics", summary="Queue an evaluation as Dagster runs", status_code=202, responses=queue_errors)
     def compute_metrics(body: ComputeRequest) -> ComputeResponse:
         try:
             return ComputeResponse(run_ids=service.submit_compute(body.session_ids, body.metrics))
@@ -138,6 +143,10 @@ def build_app() -> FastAPI:
             raise _Refused(404, str(exc), "session_ids") from None
         except UnknownMetricError as exc:
             raise _Refused(422, str(exc), "metrics") from None
+        except RequestTooLargeError as exc:
+            raise _Refused(422, str(exc), "session_ids") from None
+        except QueueFullError as exc:
+            raise _Refused(429, str(exc), "session_ids", {"Retry-After": str(exc.retry_after_s)}) from None
         except MCEError as exc:
             raise _Refused(400, str(exc)) from None
 
@@ -163,14 +172,17 @@ def build_app() -> FastAPI:
     return app
 
 
-def serve_api(port: int, host: str = HOST) -> None:
-    """Serve on host:port behind the guard; refused at once where it is not safe."""
+def serve_api(port: int, host: str = HOST, workspace: "pathlib.Path | None" = None) -> None:
+    """Serve on host:port behind the guard; refused at once where it is not safe, or
+    where the instance would start submitted runs unqueued. `workspace`: the
+    workspace file of the code location the instance's daemon launches runs from."""
     import uvicorn
 
-    keep_private()  # the query results and run logs it writes
+    keep_private()  # the query results and logs it writes
     from ..settings import Settings
     from .guard import check_bind, guarded
 
     settings = Settings.from_env()
     check_bind(host, settings)
+    service.prepare_submissions(workspace)
     uvicorn.run(guarded(build_app(), host, port, settings), host=host, port=port, log_level="warning")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .core.summary import summarize_values
+from ..core.summary import summarize_values
 
 if TYPE_CHECKING:
     import pandas
