@@ -209,7 +209,7 @@ def test_no_run_step_or_sensor_tick_reads_the_environment(evaluated_sessions, mc
     from mce_dagster.defs.assets import SESSION_CONTEXT_KEY, asset_key
     from mce_dagster.defs.report import EVALUATION_REPORT_KEY
     from mce_dagster.defs.sensors import POLL_SENSOR
-    from mce_dagster.runner import QUIET_RUN_CONFIG, RANGE_END, RANGE_START
+    from mce_dagster.evaluation import QUIET_RUN_CONFIG, RANGE_END, RANGE_START
     from mce_dagster.core.ontology import Scope
 
     catalog, config = runtime()
