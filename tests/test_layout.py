@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -212,3 +213,22 @@ def test_only_tables_load_pandas_and_pyarrow(command, mce_home):
     """`mce export` and `results_frame` import them when they run, nothing else."""
     loaded = _loaded_by(_cli(*command), env={"MCE_HOME": str(mce_home)})
     assert not loaded & {"pandas", "pyarrow"}, f"mce {' '.join(command)} imported pandas or pyarrow"
+
+
+# Cypher's patterns and schema statements (SQLite's CREATE INDEX ... ON is not one).
+_CYPHER = re.compile(r"\b(MATCH|MERGE|CREATE|UNWIND)\s*\(|\bCREATE (INDEX|CONSTRAINT)\b[^\n]*\bFOR\s*\(")
+
+
+def cypher_outside_the_graph_package(package: Path) -> list[str]:
+    return sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "graph" not in path.relative_to(package).parts[:1] and _CYPHER.search(path.read_text())
+    )
+
+
+def test_cypher_lives_only_in_the_graph_package(tmp_path):
+    assert cypher_outside_the_graph_package(PACKAGE) == []
+    (tmp_path / "defs").mkdir()
+    (tmp_path / "defs" / "x.py").write_text('Q = "MATCH (s:Session) RETURN s"\n')
+    assert cypher_outside_the_graph_package(tmp_path) == ["defs/x.py"]

@@ -282,34 +282,6 @@ def _prune(instance: dg.DagsterInstance, cursor: QueueCursor, now: float) -> Non
 
 # -- the poll sensor -----------------------------------------------------------------
 
-_INDEXED: set[tuple[int, str]] = set()
-
-
-def _ensure_ingested_index(graph: KnowledgeGraph) -> None:
-    key = (id(graph), graph.backend.name)
-    if key in _INDEXED:
-        return
-    if graph.backend.name == "neo4j":
-        statement = "CREATE INDEX IF NOT EXISTS FOR (n:Session) ON (n.ingestedAt)"
-    else:
-        statement = "CREATE INDEX FOR (n:Session) ON (n.ingestedAt)"
-    graph.backend.ensure_indexes([statement])
-    _INDEXED.add(key)
-
-
-_SINCE = (
-    "MATCH (s:Session) WHERE s.ingestedAt > $mark OR (s.ingestedAt = $mark AND s.id > $last) "
-    "RETURN s.id AS id, s.ingestedAt AS at ORDER BY at, id LIMIT $limit"
-)
-
-
-def sessions_ingested_after(graph: KnowledgeGraph, mark: float, last: str, limit: int) -> list[tuple[str, float]]:
-    """Sessions after the (ingestedAt, id) key, in that order, through an index."""
-    _ensure_ingested_index(graph)
-    rows = graph.backend.query(_SINCE, {"mark": mark, "last": last, "limit": limit})
-    return [(r["id"], float(r["at"])) for r in rows]
-
-
 @dataclass
 class PollCursor:
     mark: float = -1.0
@@ -349,7 +321,7 @@ def poll_tick(
         orphans = graph.calls_without_session()
         note = describe_orphans(orphans) if orphans else None
         cursor = dataclasses.replace(cursor, orphans_checked=now)
-    rows = sessions_ingested_after(graph, cursor.mark, cursor.last, settings.sensor_batch)
+    rows = graph.sessions_ingested_after(cursor.mark, cursor.last, settings.sensor_batch)
     ids = [sid for sid, _ in rows]
     known = registered(instance, ids)
     done = already_requested(instance, known)

@@ -246,6 +246,20 @@ def read_contexts() -> str:
     return " UNION ALL ".join(parts)
 
 
+# The poll sensor's keyset page: sessions after the (ingestedAt, id) key, in that
+# order, through the index below.
+SESSIONS_INGESTED_AFTER = (
+    f"MATCH (s:{Label.SESSION}) WHERE s.ingestedAt > $mark OR (s.ingestedAt = $mark AND s.id > $last) "
+    "RETURN s.id AS id, s.ingestedAt AS at ORDER BY at, id LIMIT $limit"
+)
+
+
+def ingested_at_index(dialect: str) -> str:
+    if dialect == "neo4j":
+        return f"CREATE INDEX IF NOT EXISTS FOR (n:{Label.SESSION}) ON (n.ingestedAt)"
+    return f"CREATE INDEX FOR (n:{Label.SESSION}) ON (n.ingestedAt)"
+
+
 EXISTING_SESSIONS = f"MATCH (s:{Label.SESSION}) WHERE s.id IN $ids RETURN s.id AS id"
 # Sessions by id with their app (the platform's graph names it on the MAS only).
 SESSIONS_WITH_APP = (

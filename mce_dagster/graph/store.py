@@ -219,6 +219,7 @@ class KnowledgeGraph:
     def __init__(self, backend: GraphBackend):
         self.backend = backend
         self.backend.ensure_indexes(cypher.index_statements(backend.name))
+        self._ingested_at_indexed = False
 
     def close(self) -> None:
         self.backend.close()
@@ -379,6 +380,15 @@ class KnowledgeGraph:
         for row in self.backend.query(cypher.CALLS_WITHOUT_SESSION):
             out[row["session"]][row["label"]] = int(row["n"])
         return dict(out)
+
+    def sessions_ingested_after(self, mark: float, last: str, limit: int) -> list[tuple[str, float]]:
+        """Up to `limit` sessions after the (ingestedAt, id) key, in that order, through
+        an index on ingestedAt (made on first use)."""
+        if not self._ingested_at_indexed:
+            self.backend.ensure_indexes([cypher.ingested_at_index(self.backend.name)])
+            self._ingested_at_indexed = True
+        rows = self.backend.query(cypher.SESSIONS_INGESTED_AFTER, {"mark": mark, "last": last, "limit": limit})
+        return [(r["id"], float(r["at"])) for r in rows]
 
     def count_sessions(self) -> int:
         return int(self.backend.query(cypher.COUNT_SESSIONS)[0]["n"])
