@@ -151,14 +151,15 @@ def hostname(_pg_schema):
     return _pg_schema[0]["DAGSTER_PG_HOST"]
 
 
-def _production_overrides(conn_string: str) -> dict:
-    """The production dagster.yaml, every storage on `conn_string`."""
+def _production_storages(conn_string: str) -> dict:
+    """The storages of the production dagster.yaml, each on `conn_string`. Only those:
+    its other settings (a default pool limit, the run queue) change what the suite's
+    instance answers, as they would stock's."""
     config = yaml.safe_load((REPO / "dagster.yaml").read_text())
-    for name in ("run_storage", "event_log_storage", "schedule_storage"):
-        config[name]["config"] = {"postgres_url": conn_string}
-    # The queue needs a daemon to launch what the suite's runs ask for.
-    config.pop("run_coordinator", None)
-    return config
+    return {
+        name: {**config[name], "config": {"postgres_url": conn_string}}
+        for name in ("run_storage", "event_log_storage", "schedule_storage")
+    }
 
 
 def _clean_project_storage(conn_string: str) -> PooledPostgresEventLogStorage:
@@ -184,7 +185,7 @@ class TestProjectPostgresEventLogStorage(_postgres.TestPostgresEventLogStorage):
     @pytest.fixture(name="instance", scope="function")
     def instance(self, conn_string):
         _clean_project_storage(conn_string).dispose()
-        with dg.instance_for_test(overrides=_production_overrides(conn_string)) as instance:
+        with dg.instance_for_test(overrides=_production_storages(conn_string)) as instance:
             yield instance
 
     @pytest.fixture(name="storage", scope="function")
