@@ -31,6 +31,8 @@ MARKER = "# A local Dagster instance (SQLite under this folder), made by mce"
 # asset's materializations for the run's partitions. 0 writes them one by one.
 EVENT_BATCH_SIZE = "1000"
 
+# `dagster._core.storage.runs` / `.schedules`: the module paths of Dagster's SQLite run
+# and schedule storages as its own instance docs name them in dagster.yaml.
 LOCAL_INSTANCE_YAML = """\
 {marker}, format 2.
 # Delete the line above to keep your own edits: mce then leaves this file alone.
@@ -141,6 +143,7 @@ def fail_runs_of_dead_processes(instance: "dg.DagsterInstance") -> list[str]:
     that process is gone (killed, crashed): through the instance, so the run's event
     log says why and its planned partitions show as failed. Returns their ids."""
     import dagster as dg
+    # Private: the run statuses of a run not yet finished.
     from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
     records = instance.get_run_records(
