@@ -48,10 +48,29 @@ DESELECTED = {
 
 
 def _deselect(cls: type) -> type:
+    """`cls` with the DESELECTED tests left out, and every parametrized test given its
+    own parameters."""
     for name in DESELECTED:
         if hasattr(cls, name):
             setattr(cls, name, None)  # pytest collects no attribute that is not a function
+    _fresh_cursor_parameters(cls)
     return cls
+
+
+def _fresh_cursor_parameters(cls: type) -> None:
+    """The suite parametrizes `test_get_event_records` with a generator, which the
+    first class collected uses up: every later class would get an empty parameter set
+    and run nothing. Here each class gets the values afresh."""
+    values = getattr(_suite["dagster_tests.storage_tests.utils.event_log_storage"], "cursor_datetime_args", None)
+    base = getattr(cls, "test_get_event_records", None)
+    if values is None or base is None:
+        return
+
+    @pytest.mark.parametrize("cursor_dt", list(values()))
+    def test_get_event_records(self, storage, instance, cursor_dt):
+        base(self, storage, instance, cursor_dt)
+
+    cls.test_get_event_records = test_get_event_records
 
 
 @pytest.fixture(autouse=True)
