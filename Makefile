@@ -114,6 +114,17 @@ celery-worker: install
 	$(VENV)/bin/python -m mce_dagster.instance.local "$$DAGSTER_HOME" && \
 	exec dagster-celery worker start -A dagster_celery.app -y deploy/celery.yaml -n $(CELERY_WORKER) -- --concurrency=1
 
+# Dagster's own event-log conformance suite of a release (from its sdists), on the stock
+# storages and on the project's, in a scratch virtualenv under .mce/check-dagster/ with
+# that release beside the rest of uv.lock: prints passed/failed per storage and HOLDS, or
+# the tests that fail on the project's storages only. The PostgreSQL half runs where
+# DAGSTER_PG_* points at a server (eval "$$(make -s services)"). Default: the pinned release.
+#   make check-dagster DAGSTER_VERSION=1.13.28
+DAGSTER_VERSION ?= $(shell sed -n 's/^ *"dagster==\([0-9.]*\)",*$$/\1/p' pyproject.toml)
+.PHONY: check-dagster
+check-dagster: install
+	$(VENV)/bin/python tests/check_dagster.py $(DAGSTER_VERSION)
+
 # Property-based fuzzing of ingestion (tests/test_fuzz_ingest.py) under its "fuzz"
 # profile: FUZZ_EXAMPLES examples per test (5000 unless set; the suite runs 250).
 #   make fuzz FUZZ_EXAMPLES=2000

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
-from dagster._core.events import DagsterEventType
-from dagster._core.events.log import EventLogEntry
+from dagster import DagsterEventType, EventLogEntry
+
+# Private: the SQL event log base class, for `_get_asset_entry_values` (the columns of
+# an asset's `asset_keys` row that one event sets).
 from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 
 # Runs of these in a batch (all that Dagster batches but asset check plans, and

@@ -17,6 +17,8 @@ from pathlib import Path
 
 # -- storage ---------------------------------------------------------------------------
 
+# `dagster._core.storage.runs` / `.schedules`: the module paths of Dagster's SQLite run
+# and schedule storages as its own instance docs name them in dagster.yaml.
 SQLITE_STORAGE = """\
 # Dagster's SQLite layout (history/, history/runs/, schedules/ under this folder);
 # the event log keeps its connections and writes a batch of events at once.
@@ -194,7 +196,8 @@ run_monitoring:
 RUN_RETRIES = """\
 # A failed run (its worker killed, the graph gone longer than the steps' own retries
 # wait) is launched again from its failed steps: steps that succeeded are not run
-# again, so each (asset, session) is materialized once. Inside a backfill the
+# again, so each (asset, session) is materialized once, twice only when the worker
+# died between a step's materializations and its success. Inside a backfill the
 # backfill waits for the retry. The daemon's EventLogConsumerDaemon does this.
 run_retries:
   enabled: true

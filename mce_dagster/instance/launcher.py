@@ -13,10 +13,14 @@ fails a run on any other answer.
 
 from __future__ import annotations
 
-from dagster import DefaultRunLauncher, DagsterEventType
+from dagster import DagsterEventType, DagsterRun, DefaultRunLauncher
+
+# Private: what `RunLauncher.check_run_worker_health` returns (the run launcher API).
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+
+# Private: the origin of a code server this deployment starts (a `python_module` /
+# `python_file` workspace entry), told apart from one it does not start.
 from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin
-from dagster._core.storage.dagster_run import DagsterRun
 
 from .processes import pid_running, process_started_at, tagged_process_gone
 

@@ -122,6 +122,7 @@ def fail_runs_of_dead_processes(instance: "dg.DagsterInstance") -> list[str]:
     that process is gone (killed, crashed): through the instance, so the run's event
     log says why and its planned partitions show as failed. Returns their ids."""
     import dagster as dg
+    # Private: the run statuses of a run not yet finished.
     from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
     records = instance.get_run_records(

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 
 import sqlalchemy as db
+# Private: the event log's dynamic partitions table (its `id` column), read directly.
 from dagster._core.storage.event_log.schema import DynamicPartitionsTable
 
 #: Seconds cached keys are trusted on an unchanged largest id before they are read again.

@@ -9,9 +9,8 @@ with a statement per table (the rows stock `store_event` writes, the asset row a
 events in order would leave it), any other event by stock `store_event`, whose
 connects join that transaction. Same tables: stock storage reads them.
 
-A step's materializations are held until the step ends and stored with its
-STEP_SUCCESS in one transaction (step_events.py): a run worker killed in between
-leaves none, so the run's retry materializes each partition once.
+Every event is stored when Dagster hands it over, as stock stores it: the UI, sensors
+and the daemon see a batch's materializations as soon as it is written.
 
 Rests on private parts of dagster-postgres (`_connect`, `_engine`) and dagster
 (`_event_to_row`, `_get_asset_entry_values`, `_store_asset_event_tags`);
@@ -21,19 +20,29 @@ tests/test_instance_postgres.py checks them against the pinned versions.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from dagster import DagsterInvariantViolationError, EventLogEntry
+
+# Private: the config schema type and dagster-postgres' own config schema
+# (`postgres_url` / `postgres_db`), so dagster.yaml configures this class as stock.
 from dagster._config.config_schema import UserConfigSchema
-from dagster._core.errors import DagsterInvariantViolationError
-from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.config import pg_config
+
+# Private: the secondary index that adds the asset row's index columns.
 from dagster._core.storage.event_log.migration import ASSET_KEY_INDEX_COLS
+
+# Private: the event log's tables, written directly by a batch.
 from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
+
+# Private: the `inst_data` every configurable storage class is built with.
 from dagster._serdes import ConfigurableClassData
+
+# dagster-postgres' event log (subclassed: `_connect`, `_engine`, `store_event`) and
+# its engine helpers.
 from dagster_postgres.event_log import PostgresEventLogStorage
 from dagster_postgres.utils import create_pg_connection, create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.dialects import postgresql
@@ -42,7 +51,6 @@ from sqlalchemy.engine import Connection
 from ..files import keep_private
 from .batch import latest_asset_rows, runs_by_path
 from .partitions import CachedDynamicPartitions
-from .step_events import HeldStepEvents
 
 #: Connections a process keeps open (a run worker writes from one thread).
 POOL_SIZE = 2
@@ -65,7 +73,6 @@ class PooledPostgresEventLogStorage(CachedDynamicPartitions, PostgresEventLogSto
         # dagster.yaml names: this is where the files they write (logs) become owner-only.
         keep_private()
         self._batch = threading.local()
-        self._held = HeldStepEvents()
         self._pid = os.getpid()
         super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
         self._engine.dispose()
@@ -108,34 +115,12 @@ class PooledPostgresEventLogStorage(CachedDynamicPartitions, PostgresEventLogSto
         with create_pg_connection(self._engine) as conn:
             yield conn
 
-    def store_event(self, event: EventLogEntry) -> None:
-        for group in self._held.route([event]):
-            self._store_group(group)
-
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         """All of the batch or none of it, so Dagster's one-by-one fallback after a
-        failed batch writes nothing twice. A step's materializations wait for the
-        step's end (step_events.py)."""
+        failed batch writes nothing twice."""
         events = [e for e in events if not (e.dagster_event and e.dagster_event.is_asset_failed_to_materialize)]
         if not events:
             return  # as stock: failures are not stored in a batch
-        for group in self._held.route(events):
-            self._store_group(group)
-
-    def _store_group(self, events: Sequence[EventLogEntry]) -> None:
-        """A held step's events in one transaction; if that fails, one by one, as
-        Dagster falls back after a failed batch."""
-        if len(events) == 1:
-            super().store_event(events[0])
-            return
-        try:
-            self._write_together(events)
-        except Exception as exc:
-            sys.stderr.write(f"Exception while storing event batch: {exc}\nFalling back to storing multiple single-event storage requests...\n")
-            for event in events:
-                super().store_event(event)
-
-    def _write_together(self, events: Sequence[EventLogEntry]) -> None:
         with self._connect() as conn:
             conn = conn.execution_options(isolation_level="READ COMMITTED")
             with conn.begin():
@@ -146,14 +131,9 @@ class PooledPostgresEventLogStorage(CachedDynamicPartitions, PostgresEventLogSto
                             self._write_asset_events(conn, run)
                         else:
                             for event in run:
-                                super().store_event(event)
+                                self.store_event(event)
                 finally:
                     self._batch.conn = None
-
-    def dispose(self) -> None:
-        for group in self._held.drain():
-            self._store_group(group)
-        super().dispose()
 
     def _write_asset_events(self, conn: Connection, events: Sequence[EventLogEntry]) -> None:
         inserted = conn.execute(

@@ -7,6 +7,9 @@ every connection it opens and another for every `has_table`, and has no
 written in one transaction per shard: asset events with a statement per table, the
 same rows stock `store_event` writes; any other event by stock `store_event`, whose
 connects join those transactions. Same files, same schema: stock storage reads them.
+A write to a run shard ends with a checkpoint, so `<run>.db` changes at each write as
+it does under stock storage, and Dagster's watch of a running run (the UI's live log)
+sees it.
 
 This rests on private parts of the pinned dagster (`_connect`, `_initdb`,
 `_initialized_dbs`, `_event_to_row`, `_get_asset_entry_values`,
@@ -24,12 +27,22 @@ from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as db
-from dagster._core.errors import DagsterInvariantViolationError
-from dagster._core.events.log import EventLogEntry
+from dagster import DagsterInvariantViolationError, EventLogEntry
+
+# Private: the event log's tables, written directly by a batch.
 from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
+
+# Private: the stock SQLite event log, subclassed (`_connect`, `_initdb`,
+# `_initialized_dbs`, `_event_to_row`, `_store_asset_event_tags`, `conn_string_for_shard`,
+# its watchdog on `<run>.db`), and the name of its index shard.
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
+
+# Private: Dagster's engine factory and SQLite busy timeout, so a pooled engine is
+# configured as stock's per-connection ones.
 from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+
+# Private: the `inst_data` every configurable storage class is built with.
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
@@ -40,6 +53,24 @@ from .partitions import CachedDynamicPartitions
 
 #: Run shards whose engine stays open: a run writes one; the webserver reads many.
 MAX_OPEN_RUN_SHARDS = 8
+
+
+def _changes(conn: Connection) -> int:
+    """Rows this SQLite connection has written since it opened."""
+    return conn.connection.driver_connection.total_changes  # type: ignore[union-attr]
+
+
+def _checkpoint(conn: Connection) -> None:
+    """Copy the run shard's committed pages from `<run>.db-wal` into `<run>.db`.
+
+    A run's live log (the webserver's subscription, `instance.watch_event_logs`) is
+    Dagster's watchdog on the run shard's main file. Stock storage closes its
+    connection after every write, and the last connection to close checkpoints; the
+    pooled ones stay open, so without this the main file would change only at
+    SQLite's automatic checkpoint (1,000 pages) and a running run's log would stall.
+    PASSIVE: no waiting for readers; pages a reader still needs are copied by the
+    next write's checkpoint."""
+    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").close()
 
 
 class PooledSqliteEventLogStorage(CachedDynamicPartitions, SqliteEventLogStorage):
@@ -102,12 +133,16 @@ class PooledSqliteEventLogStorage(CachedDynamicPartitions, SqliteEventLogStorage
             if joined is not None:
                 yield joined
                 return
-            with self._engine(shard).connect() as conn, conn.begin():
-                self._open[shard] = conn
-                try:
-                    yield conn
-                finally:
-                    del self._open[shard]
+            with self._engine(shard).connect() as conn:
+                before = _changes(conn)
+                with conn.begin():
+                    self._open[shard] = conn
+                    try:
+                        yield conn
+                    finally:
+                        del self._open[shard]
+                if shard != INDEX_SHARD_NAME and _changes(conn) != before:
+                    _checkpoint(conn)
 
     def has_table(self, table_name: str) -> bool:
         # A table, once there, stays: only positive answers are kept.
@@ -184,6 +219,7 @@ class PooledSqliteEventLogStorage(CachedDynamicPartitions, SqliteEventLogStorage
                     with self._connect(run_id) as conn:
                         conn.execute(SqlEventLogStorageTable.delete().where(SqlEventLogStorageTable.c.id > last))
                     raise
+                _checkpoint(run_conn)
 
     def _write_asset_events(self, run_conn: Connection, index_conn: Connection, events: Sequence[EventLogEntry]) -> None:
         """What stock `store_event` does for each asset event, a statement per table:
